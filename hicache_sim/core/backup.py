@@ -1,0 +1,125 @@
+"""Device -> host backup (write_backup), its acknowledgement, and storage (L3) backup after the ack."""
+
+from __future__ import annotations
+
+from .state import CacheState
+from .transfers import Transfer, TransferKind
+from .tree import Node
+
+
+class BackupMixin(CacheState):
+    """write_backup / host allocation with eviction fallback / D2H ack / storage backup."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # transfer id -> (node whose lock is held, pages written); the node may have been split
+        # since, in which case its upper halves carry the same pending id.
+        self.ongoing_write: dict[int, tuple[Node, int]] = {}
+        self.ongoing_storage_backup: dict[int, list[Node]] = {}
+
+    def write_backup(self, node: Node, *, write_back: bool = False, enforce_parent: bool = True) -> int:
+        """Copy a device node to host (mutates). Returns pages backed up, 0 when skipped or failed.
+
+        Write-through: the node and its ancestors stay locked until the D2H ack. ``write_back``:
+        the copy is part of an eviction and blocks the scheduler (the caller frees the device pages
+        at the flush). With a prefix-closed host rule a node whose parent has no host copy is skipped
+        or preceded by its unbacked ancestors, as ``semantics.parent_backup`` says.
+        """
+        if not self.config.has_host or node.host_value is not None or node.value is None:
+            return 0
+        if self.buffer_only:
+            return self.buffer_backup_intent(node)
+        if not write_back and enforce_parent and self.host_rule.prefix_closed_host:
+            parent = node.parent
+            if parent is not self.root and parent.host_value is None:
+                mode = self.sem.parent_backup
+                if mode == "skip":
+                    self.counters.backup_skipped_parent += 1
+                    return 0
+                if mode == "chain" and not self._backup_ancestors(node):
+                    return 0
+        n = len(node.value)
+        host_pages = self.alloc_host(n)
+        if host_pages is None:
+            self.counters.backup_failures += 1
+            return 0
+        self._set_host_value(node, host_pages)
+        t = self._new_transfer(TransferKind.D2H, "write_back" if write_back else "write_through", n,
+                               device_pages=list(node.value), host_pages=list(host_pages),
+                               node_ids=[node.id], blocking=write_back)
+        node.pending_write = t.id
+        if not write_back:
+            self.inc_lock_ref(node)
+            self.ongoing_write[t.id] = (node, n)
+        self.counters.backups += 1
+        self.counters.backup_pages += n
+        return n
+
+    def _backup_ancestors(self, node: Node) -> bool:
+        """Back up ``node``'s unbacked ancestors, parent first from the top; False at the first failure."""
+        chain = []
+        p = node.parent
+        while p is not self.root and p.host_value is None:
+            chain.append(p)
+            p = p.parent
+        return all(self.write_backup(anc, enforce_parent=False) > 0 for anc in reversed(chain))
+
+    def alloc_host(self, n: int) -> list[int] | None:
+        """Allocate ``n`` host pages, evicting from host when short (mutates). None when impossible.
+
+        ``full_retry`` (HiRadixCache) evicts ``n`` pages then retries once; ``shortfall`` (unified
+        tree) evicts only the missing pages.
+        """
+        pages = self.host.alloc(n)
+        if pages is None:
+            short = n if self.sem.host_backup_eviction == "full_retry" else n - self.host.available()
+            self.evict_host(short)
+            pages = self.host.alloc(n)
+            if pages is None:
+                self.counters.failed_host_allocations += 1
+        return pages
+
+    def _ack_write(self, t: Transfer) -> None:
+        """D2H acknowledged: unlock the node and, with a storage tier, back it up to storage."""
+        if t.blocking:
+            return
+        node, n = self.ongoing_write.pop(t.id)
+        chain = self._pending_chain(node, t.id, n)
+        self.dec_lock_ref(node)
+        if self.storage is not None:
+            self._backup_to_storage(chain)
+
+    def _pending_chain(self, node: Node, tid: int, n: int) -> list[Node]:
+        """The node and any upper halves split off it while its write was pending, top first."""
+        chain = []
+        covered = 0
+        x = node
+        while covered < n and x is not self.root and x.pending_write == tid:
+            x.pending_write = None
+            chain.append(x)
+            covered += len(x.key)
+            self._refresh(x)
+            x = x.parent
+        chain.reverse()
+        return chain
+
+    def _backup_to_storage(self, chain: list[Node]) -> None:
+        """Queue an H2S copy of the chain's host pages; their host copies stay pinned until the ack."""
+        chain = [n for n in chain if n.host_value is not None and n.hashes is not None]
+        if not chain:
+            return
+        hashes = [h for n in chain for h in n.hashes]
+        host_pages = [p for n in chain for p in n.host_value]
+        t = self._new_transfer(TransferKind.H2S, "storage_backup", len(hashes), host_pages=host_pages,
+                               page_hashes=hashes, node_ids=[n.id for n in chain])
+        for n in chain:
+            self.protect_host(n)
+        self.ongoing_storage_backup[t.id] = chain
+        self.counters.storage_backups += 1
+
+    def _ack_storage_backup(self, t: Transfer) -> None:
+        chain = self.ongoing_storage_backup.pop(t.id)
+        for n in chain:
+            self.release_host(n)
+        self.storage.put(t.page_hashes)
+        self.counters.storage_backup_pages += t.pages

@@ -1,0 +1,170 @@
+"""HiCache: match, insert, evict, evict_host, write_backup, load_back, prefetch, terminate, and
+``complete(transfer)``, which applies an acknowledgement. See the package docstring for the map."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backup import BackupMixin
+from .buffer import BufferMixin
+from .config import CacheConfig
+from .errors import CacheStateError
+from .eviction import EvictionMixin
+from .loadback import LoadBackMixin
+from .prefetch import PrefetchMixin
+from .requests import RequestMixin
+from .transfers import Transfer
+from .tree import Node, match_len
+
+
+@dataclass(slots=True)
+class MatchResult:
+    """What a prefix match found (pages). ``device_pages`` are the slots of the device prefix."""
+
+    device_pages: list[int]
+    host_hit_pages: int
+    last_node: Node
+    last_device_node: Node
+    last_host_node: Node
+
+    @property
+    def device_hit_pages(self) -> int:
+        return len(self.device_pages)
+
+
+class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMixin, EvictionMixin):
+    """SGLang's hierarchical radix cache over pages, driven by its caller (see ``core`` docs)."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        super().__init__(config)
+
+    # ------------------------------------------------------------------------------------ match
+
+    def match_prefix(self, keys: list[int]) -> MatchResult:
+        """Longest cached prefix of ``keys`` (page keys) across device and host (mutates access times;
+        splits a node when the match ends inside it)."""
+        node = self.root
+        path: list[Node] = []
+        dev: list[int] = []
+        pos, n = 0, len(keys)
+        while pos < n:
+            child = node.children.get(keys[pos])
+            if child is None:
+                break
+            plen = match_len(child.key, keys, pos)
+            partial = plen < len(child.key)
+            if partial:
+                child = self._split(child, plen)
+            if child.value is not None:
+                dev.extend(child.value)
+            path.append(child)
+            node = child
+            pos += plen
+            if partial:
+                break
+        # Stamp the matched path, ancestors first, so a deeper node is never older than its parent.
+        self._touch(self.root)
+        for x in path:
+            self._touch(x)
+        last = node
+        host_hit = 0
+        x = last
+        while x.value is None:
+            host_hit += len(x.host_value) if x.host_value is not None else 0
+            x = x.parent
+        last_device = x
+        x = last
+        while x.host_value is None:
+            x = x.parent
+        return MatchResult(dev, host_hit, last, last_device, x)
+
+    # ----------------------------------------------------------------------------------- insert
+
+    def insert(self, keys: list[int], pages: list[int], *, chunked: bool = False, priority: int = 0) -> int:
+        """Insert a request's prefix: ``pages[i]`` is the device slot holding ``keys[i]`` (mutates).
+
+        Returns pages that were already device-resident (the caller frees its duplicate slots for
+        them). H-only nodes on the path take the request's device pages again (re-attach). Each
+        device node walked, and the new leaf, counts an insert-hit that may trigger write-through
+        (not for ``chunked`` checkpoints, never under write_back).
+        """
+        if len(pages) < len(keys):
+            raise CacheStateError(f"insert of {len(keys)} keys with only {len(pages)} device pages")
+        node = self.root
+        self._touch(node)
+        pos, n = 0, len(keys)
+        prefix = 0
+        while pos < n:
+            child = node.children.get(keys[pos])
+            if child is None:
+                break
+            self._touch(child)
+            if priority > child.priority:
+                child.priority = priority
+                self._refresh(child)
+            plen = match_len(child.key, keys, pos)
+            if plen < len(child.key):
+                child = self._split(child, plen)
+            if child.value is None:
+                self._set_value(child, pages[pos:pos + plen])
+                self.counters.reattached_pages += plen
+            else:
+                prefix += plen
+            self._inc_hit_count(child, chunked)
+            node = child
+            pos += plen
+        if pos < n:
+            leaf = self._new_node(keys[pos:], priority)
+            leaf.value = pages[pos:n]
+            leaf.hashes = self._page_hashes(node, leaf.key)
+            self.evictable_pages += n - pos
+            self._add_child(node, leaf)
+            self._inc_hit_count(leaf, chunked)
+        return prefix
+
+    def _inc_hit_count(self, node: Node, chunked: bool) -> None:
+        """Count an insert-hit; back the node up once it reaches the write policy's threshold."""
+        threshold = self.write_policy.threshold
+        if threshold is None or chunked or node.value is None:
+            return
+        node.hit_count += 1
+        self._refresh(node)
+        if node.host_value is None and node.hit_count >= threshold:
+            self.write_backup(node)
+
+    # --------------------------------------------------------------------------------- complete
+
+    def complete(self, transfer: Transfer, now: float | None = None) -> None:
+        """Apply the acknowledgement of a finished transfer (mutates). Each transfer completes once."""
+        if now is not None:
+            self.now = now
+        t = self.inflight.pop(transfer.id, None)
+        if t is None:
+            raise CacheStateError(f"transfer {transfer.id} ({transfer.kind.value}) completed twice or unknown")
+        getattr(self, _ACK_BY_REASON[t.reason])(t)
+
+    def drain(self, now: float | None = None) -> int:
+        """Complete every transfer in flight, oldest first, including any they spawn (instant mode).
+
+        Returns how many completed.
+        """
+        done = 0
+        while self.inflight:
+            for t in list(self.inflight.values()):
+                if t.id in self.inflight:
+                    self.complete(t, now)
+                    done += 1
+        return done
+
+
+# Which method applies the acknowledgement of a transfer, by the reason the core created it.
+_ACK_BY_REASON = {
+    "write_through": "_ack_write",
+    "write_back": "_ack_write",
+    "load_back": "_ack_load",
+    "storage_backup": "_ack_storage_backup",
+    "prefetch": "_ack_prefetch",
+    "buffer_stage": "_ack_buffer_stage",
+    "buffer_store": "_ack_buffer_store",
+    "buffer_load": "_ack_buffer_load",
+}

@@ -1,0 +1,139 @@
+"""CacheConfig: everything the core needs, in pages, validated at construction.
+
+The scenario layer (pydantic, tokens and GB) resolves user settings into this plain dataclass so
+the core stays free of I/O and third-party imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+from .policies import (
+    EVICTION_GRANULARITIES,
+    EVICTION_STRATEGIES,
+    HOST_EVICTION_RULES,
+    HOST_MEMORY_MODES,
+    PREFETCH_STOP_POLICIES,
+    SEMANTIC_CHOICES,
+    SEMANTICS,
+    WRITE_POLICIES,
+    Semantics,
+)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Sizes (pages), policies (registry names) and thresholds (tokens, seconds) of one HiCache.
+
+    ``host_pages == 0`` means no host tier (plain RadixCache: nothing is ever backed up).
+    ``storage_pages`` is None without a storage tier; with one, ``storage_capacity_pages`` bounds it
+    (None: unbounded). ``semantics`` picks the 2025 or 2026 upstream variant where they differ
+    (prefetch capacity formula, prefetch flow, timeout defaults).
+    """
+
+    page_size: int
+    device_pages: int
+    host_pages: int
+    write_policy: str = "write_through"
+    host_eviction: str = "evicted_only"
+    host_memory_mode: str = "cache"
+    eviction_policy: str = "lru"
+    eviction_policy_config: dict[str, Any] = field(default_factory=dict)
+    eviction_granularity: str = "node"
+    load_back_threshold_tokens: int = 10
+    storage: bool = False
+    storage_capacity_pages: int | None = None
+    storage_batch_pages: int = 128
+    prefetch_policy: str = "timeout"
+    prefetch_threshold_tokens: int = 256
+    prefetch_timeout_base_s: float | None = None
+    prefetch_timeout_per_ki_token_s: float | None = None
+    prefetch_timeout_max_s: float | None = None
+    semantics: str = "2026"
+    evict_amount: str | None = None
+    parent_backup: str | None = None
+    host_backup_eviction: str | None = None
+    prefetch_flow: str | None = None
+    bytes_per_page: int = 0
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        positive = {"page_size": self.page_size, "device_pages": self.device_pages,
+                    "storage_batch_pages": self.storage_batch_pages}
+        for name, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"cache.{name}", f"must be > 0, got {value}")
+        for name, value in {"host_pages": self.host_pages, "bytes_per_page": self.bytes_per_page,
+                            "load_back_threshold_tokens": self.load_back_threshold_tokens,
+                            "prefetch_threshold_tokens": self.prefetch_threshold_tokens}.items():
+            if value < 0:
+                raise ConfigError(f"cache.{name}", f"must be >= 0, got {value}")
+        WRITE_POLICIES.get(self.write_policy)
+        EVICTION_STRATEGIES.get(self.eviction_policy)
+        HOST_EVICTION_RULES.get(self.host_eviction)
+        PREFETCH_STOP_POLICIES.get(self.prefetch_policy)
+        self._choice("host_memory_mode", self.host_memory_mode, HOST_MEMORY_MODES)
+        self._choice("eviction_granularity", self.eviction_granularity, EVICTION_GRANULARITIES)
+        SEMANTICS.get(self.semantics)
+        for name, allowed in SEMANTIC_CHOICES.items():
+            value = getattr(self, name)
+            if value is not None:
+                self._choice(name, value, allowed)
+        if self.storage_capacity_pages is not None and self.storage_capacity_pages < 0:
+            raise ConfigError("cache.storage_capacity_pages", f"must be >= 0, got {self.storage_capacity_pages}")
+        if self.host_memory_mode == "buffer_only":
+            if not self.storage:
+                raise ConfigError("cache.host_memory_mode",
+                                  "buffer_only needs a storage backend (storage_backend is none)")
+            if self.write_policy == "write_back":
+                raise ConfigError("cache.write_policy", "buffer_only forbids write_back")
+            if self.host_pages == 0:
+                raise ConfigError("cache.host_pages", "buffer_only needs a host staging pool > 0 pages")
+
+    @staticmethod
+    def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+        if value not in allowed:
+            raise ConfigError(f"cache.{name}", f"expected one of {', '.join(allowed)}; got {value!r}")
+
+    # Derived values -------------------------------------------------------------------------------
+
+    @property
+    def resolved_semantics(self) -> Semantics:
+        """The era's variants with this config's explicit overrides applied."""
+        base = SEMANTICS.get(self.semantics)
+        return Semantics(**{name: getattr(self, name) or getattr(base, name) for name in SEMANTIC_CHOICES})
+
+    @property
+    def has_host(self) -> bool:
+        """True when there is a host tier (L2 cache or buffer)."""
+        return self.host_pages > 0
+
+    @property
+    def timeout_base_s(self) -> float:
+        """Prefetch timeout base (s): 1.0 in 2025, 2.0 in 2026 unless set."""
+        if self.prefetch_timeout_base_s is not None:
+            return self.prefetch_timeout_base_s
+        return 1.0 if self.semantics == "2025" else 2.0
+
+    @property
+    def timeout_per_ki_token_s(self) -> float:
+        """Prefetch timeout slope (s per 1024 tokens): 0.25 in 2025, 0.1 in 2026 unless set."""
+        if self.prefetch_timeout_per_ki_token_s is not None:
+            return self.prefetch_timeout_per_ki_token_s
+        return 0.25 if self.semantics == "2025" else 0.1
+
+    @property
+    def timeout_max_s(self) -> float | None:
+        """Prefetch timeout cap (s): none in 2025, 30 s in 2026 unless set."""
+        if self.prefetch_timeout_max_s is not None:
+            return self.prefetch_timeout_max_s
+        return None if self.semantics == "2025" else 30.0
+
+    @property
+    def prefetch_capacity_formula(self) -> str:
+        """Which ``prefetch_capacity_limit`` formula applies (see sizing.prefetch_capacity_limit_tokens)."""
+        if self.semantics == "2025":
+            return "2025"
+        return "2026_buffer_only" if self.host_memory_mode == "buffer_only" else "2026"

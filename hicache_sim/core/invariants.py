@@ -1,0 +1,179 @@
+"""check(cache): every structural invariant of the cache, each failing with a message that names the
+node (or pool) and the rule and prints both numbers. Numbers refer to the reference's section 8."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .errors import InvariantError
+
+if TYPE_CHECKING:
+    from .cache import HiCache
+    from .tree import Node
+
+
+def _fail(rule: str, msg: str) -> None:
+    raise InvariantError(f"[{rule}] {msg}")
+
+
+def check(cache: HiCache, held_device_pages: Iterable[int] = ()) -> None:
+    """Raise InvariantError at the first broken invariant (read-only).
+
+    ``held_device_pages``: device slots owned by running requests and not yet by the tree (the
+    caller knows them); they count towards device slot conservation.
+    """
+    root = cache.root
+    nodes = cache.iter_nodes()
+    _check_shape(cache, nodes)
+    _check_states(cache, nodes)
+    _check_locks(cache, nodes)
+    _check_accounting(cache, nodes)
+    _check_candidates(cache, nodes)
+    _check_slots(cache, nodes, list(held_device_pages))
+    _check_inflight(cache)
+    if root.lock_ref < 1:
+        _fail("6 locks", f"root lock_ref is {root.lock_ref}, must be >= 1")
+
+
+def _check_shape(cache: HiCache, nodes: list[Node]) -> None:
+    seen = set()
+    for node in [cache.root, *nodes]:
+        if id(node) in seen:
+            _fail("1 shape", f"node {node.id} reachable twice")
+        seen.add(id(node))
+        for k, c in node.children.items():
+            if c.parent is not node:
+                _fail("1 shape", f"node {c.id} is child of {node.id} but its parent is "
+                                 f"{getattr(c.parent, 'id', None)}")
+            if not c.key:
+                _fail("1 shape", f"node {c.id} has an empty key")
+            if k != c.key[0]:
+                _fail("1 shape", f"node {c.id} indexed under {k!r} but its first key is {c.key[0]!r}")
+        n = len(node.key)
+        if node.value is not None and len(node.value) != n:
+            _fail("3 lengths", f"node {node.id}: {len(node.value)} device pages for {n} keys")
+        if node.host_value is not None and len(node.host_value) != n:
+            _fail("3 lengths", f"node {node.id}: {len(node.host_value)} host pages for {n} keys")
+        if node is not cache.root and node.hashes is not None and len(node.hashes) != n:
+            _fail("3 lengths", f"node {node.id}: {len(node.hashes)} page hashes for {n} keys")
+
+
+def _check_states(cache: HiCache, nodes: list[Node]) -> None:
+    # Write-through keeps the host set prefix-closed unless the 2025 semantics (no parent guard) run;
+    # the boundary rule only needs H-only nodes under a host copy. Write-back needs neither.
+    prefix_closed = (cache.host_rule.prefix_closed_host and cache.write_policy.threshold is not None
+                     and cache.sem.parent_backup != "none")
+    boundary = prefix_closed or cache.host_rule.demotes
+    for node in nodes:
+        parent = node.parent
+        if node.value is not None and parent.value is None:
+            _fail("4 device prefix-closure", f"node {node.id} is on device but its parent {parent.id} is not")
+        if cache.buffer_only:
+            if node.host_value is not None:
+                _fail("5 buffer_only", f"node {node.id} holds a host copy in buffer_only mode")
+            if node.value is None:
+                _fail("5 buffer_only", f"node {node.id} is evicted but still in the tree")
+            continue
+        if node.value is None and node.host_value is None:
+            _fail("5 no empty nodes", f"node {node.id} has neither device nor host copy")
+        parent_ok = parent is cache.root or parent.host_value is not None
+        if boundary and node.value is None and not parent_ok:
+            _fail("15 host boundary", f"H-only node {node.id} hangs under node {parent.id} without host copy")
+        if prefix_closed and node.host_value is not None and not parent_ok:
+            _fail("15 host prefix-closure", f"node {node.id} is backed up but its parent {parent.id} is not")
+        if node.n_dev_children != sum(c.value is not None for c in node.children.values()):
+            _fail("8 child counts", f"node {node.id} counts {node.n_dev_children} device children")
+        if node.n_host_children != sum(c.host_value is not None for c in node.children.values()):
+            _fail("8 child counts", f"node {node.id} counts {node.n_host_children} host children")
+
+
+def _check_locks(cache: HiCache, nodes: list[Node]) -> None:
+    for node in nodes:
+        if node.value is None and node.lock_ref != 0:
+            _fail("6 locks", f"evicted node {node.id} has lock_ref {node.lock_ref}")
+        if node.lock_ref < 0 or node.host_ref < 0:
+            _fail("6 locks", f"node {node.id} lock_ref {node.lock_ref} host_ref {node.host_ref}")
+        parent = node.parent
+        if parent is not cache.root and parent.lock_ref < node.lock_ref:
+            _fail("6 locks", f"node {node.id} lock_ref {node.lock_ref} > parent {parent.id} "
+                             f"lock_ref {parent.lock_ref}")
+
+
+def _check_accounting(cache: HiCache, nodes: list[Node]) -> None:
+    total = sum(len(n.value) for n in nodes if n.value is not None)
+    unlocked = sum(len(n.value) for n in nodes if n.value is not None and n.lock_ref == 0)
+    if cache.evictable_pages + cache.protected_pages != total:
+        _fail("7 accounting", f"evictable {cache.evictable_pages} + protected {cache.protected_pages} "
+                              f"!= {total} device pages in the tree")
+    if cache.evictable_pages != unlocked:
+        _fail("7 accounting", f"evictable {cache.evictable_pages} != {unlocked} unlocked device pages")
+
+
+def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
+    want_dev = {n for n in nodes if cache.is_device_candidate(n)}
+    got_dev = set(cache._dev_cands)
+    if want_dev != got_dev:
+        extra = sorted(n.id for n in got_dev - want_dev)
+        missing = sorted(n.id for n in want_dev - got_dev)
+        _fail("8 device leaves", f"candidate set differs: extra nodes {extra[:5]}, missing {missing[:5]}")
+    want_host = {n for n in nodes if cache.host_rule.is_candidate(cache, n)}
+    got_host = set(cache._host_cands)
+    if want_host != got_host:
+        extra = sorted(n.id for n in got_host - want_host)
+        missing = sorted(n.id for n in want_host - got_host)
+        _fail("8 host leaves", f"candidate set differs: extra nodes {extra[:5]}, missing {missing[:5]}")
+    for n, k in cache._dev_cands.items():
+        if k != cache.strategy.key(n):
+            _fail("8 device leaves", f"node {n.id} queued under a stale key")
+
+
+def _check_pool(name: str, pool, owned: list[tuple[str, list[int]]]) -> None:
+    free = pool.free_pages()
+    seen: dict[int, str] = {}
+    for p in free:
+        if p in seen:
+            _fail("9 slots", f"{name} page {p} is twice in the free list")
+        seen[p] = "free list"
+    for owner, pages in owned:
+        for p in pages:
+            if p in seen:
+                _fail("9 slots", f"{name} page {p} held by {owner} and by {seen[p]}")
+            seen[p] = owner
+    if len(seen) != pool.size or any(not 0 <= p < pool.size for p in seen):
+        _fail("9 slots", f"{name} pool: {len(seen)} pages accounted for, pool has {pool.size} "
+                         f"({pool.size - len(seen)} leaked)")
+
+
+def _check_slots(cache: HiCache, nodes: list[Node], held: list[int]) -> None:
+    dev: list[tuple[str, list[int]]] = [(f"node {n.id}", n.value) for n in nodes if n.value is not None]
+    dev.append(("running requests", held))
+    _check_pool("device", cache.device, dev)
+    host: list[tuple[str, list[int]]] = [(f"node {n.id}", n.host_value) for n in nodes
+                                         if n.host_value is not None]
+    for rid, op in cache.ongoing_prefetch.items():
+        if op.host_pages:
+            host.append((f"prefetch {rid}", op.host_pages))
+    for tid, (_node, pages, _h) in cache._buffer_writes.items():
+        host.append((f"buffer write {tid}", pages))
+    for rid, sp in cache.staged_prefetch.items():
+        host.append((f"staged prefetch {rid}", sp.host_pages))
+    for tid, pages in cache._buffer_loads.items():
+        host.append((f"buffer load {tid}", pages))
+    _check_pool("host", cache.host, host)
+
+
+def _check_inflight(cache: HiCache) -> None:
+    for tid, (node, _n) in cache.ongoing_write.items():
+        if node.lock_ref < 1:
+            _fail("15 write_backup", f"node {node.id} has a pending write {tid} but is not locked")
+    for tid, node in cache.ongoing_load.items():
+        if node.lock_ref < 1:
+            _fail("16 load_back", f"node {node.id} has a pending load {tid} but is not locked")
+    occupied = sum(len(op.keys) for op in cache.ongoing_prefetch.values())
+    if occupied != cache.prefetch_occupied_pages:
+        _fail("17 prefetch", f"occupied {cache.prefetch_occupied_pages} pages != {occupied} in ongoing ops")
+    for rid, op in cache.ongoing_prefetch.items():
+        pinned = op.anchor.host_ref if op.pin == "host" else op.anchor.lock_ref
+        if op.pin != "none" and pinned < 1:
+            _fail("17 prefetch", f"prefetch {rid}: anchor node {op.anchor.id} is not pinned ({op.pin})")

@@ -1,0 +1,221 @@
+"""Named policies as data: eviction strategies, write policies, prefetch stop policies.
+
+Each family is a :class:`~hicache_sim.core.registry.Registry`. A new eviction strategy is one class
+and one ``register`` line. Host-eviction rules live in :mod:`hicache_sim.core.host_rules` because
+they act on the tree; they register into ``HOST_EVICTION_RULES`` defined here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .registry import Registry
+
+if TYPE_CHECKING:
+    from .prefetch import PrefetchOp
+    from .tree import Node
+
+
+# --------------------------------------------------------------------------------------------------
+# Eviction strategies (--radix-eviction-policy). Smaller key = evicted first. The same strategy
+# orders device (L1) and host (L2) eviction, as upstream. Node ids break remaining ties so that the
+# order never depends on heap layout.
+
+
+class EvictionStrategy:
+    """Orders eviction candidates. ``key(node)`` must change only when the node is touched."""
+
+    name = "base"
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        self.config = dict(config or {})
+
+    def key(self, node: Node) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+EVICTION_STRATEGIES: Registry[type[EvictionStrategy]] = Registry("eviction policy", "cache.eviction_policy")
+
+
+@EVICTION_STRATEGIES.register("lru")
+class LRU(EvictionStrategy):
+    """Least recently used first."""
+
+    name = "lru"
+
+    def key(self, node: Node) -> Any:
+        return node.last_access
+
+
+@EVICTION_STRATEGIES.register("lfu")
+class LFU(EvictionStrategy):
+    """Fewest insert-hits first, then least recently used."""
+
+    name = "lfu"
+
+    def key(self, node: Node) -> Any:
+        return (node.hit_count, node.last_access)
+
+
+@EVICTION_STRATEGIES.register("fifo")
+class FIFO(EvictionStrategy):
+    """Oldest node first."""
+
+    name = "fifo"
+
+    def key(self, node: Node) -> Any:
+        return node.creation
+
+
+@EVICTION_STRATEGIES.register("mru")
+class MRU(EvictionStrategy):
+    """Most recently used first."""
+
+    name = "mru"
+
+    def key(self, node: Node) -> Any:
+        return -node.last_access
+
+
+@EVICTION_STRATEGIES.register("filo")
+class FILO(EvictionStrategy):
+    """Newest node first."""
+
+    name = "filo"
+
+    def key(self, node: Node) -> Any:
+        return -node.creation
+
+
+@EVICTION_STRATEGIES.register("priority")
+class Priority(EvictionStrategy):
+    """Lowest request priority first, then least recently used."""
+
+    name = "priority"
+
+    def key(self, node: Node) -> Any:
+        return (node.priority, node.last_access)
+
+
+@EVICTION_STRATEGIES.register("slru")
+class SLRU(EvictionStrategy):
+    """Segmented LRU: nodes hit fewer than ``protected_threshold`` times (default 2) go first."""
+
+    name = "slru"
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self.protected_threshold = int(self.config.get("protected_threshold", 2))
+
+    def key(self, node: Node) -> Any:
+        return (1 if node.hit_count >= self.protected_threshold else 0, node.last_access)
+
+
+# --------------------------------------------------------------------------------------------------
+# Write policies (--hicache-write-policy).
+
+
+@dataclass(frozen=True)
+class WritePolicy:
+    """When device pages are copied to host.
+
+    ``threshold``: insert-hits after which a node is backed up (None: never at insert).
+    ``backup_at_eviction``: a device victim without a host copy is written back before it leaves.
+    """
+
+    name: str
+    threshold: int | None
+    backup_at_eviction: bool
+
+
+WRITE_POLICIES: Registry[WritePolicy] = Registry("write policy", "cache.write_policy")
+WRITE_POLICIES.add("write_through", WritePolicy("write_through", 1, False))
+WRITE_POLICIES.add("write_through_selective", WritePolicy("write_through_selective", 2, False))
+WRITE_POLICIES.add("write_back", WritePolicy("write_back", None, True))
+
+
+# --------------------------------------------------------------------------------------------------
+# Prefetch stop policies (--hicache-storage-prefetch-policy): may a request stop waiting for its
+# storage prefetch now?
+
+
+class StopPolicy:
+    """Decides whether an ongoing prefetch may be terminated at simulated time ``now`` (seconds)."""
+
+    name = "base"
+
+    def can_terminate(self, op: PrefetchOp, now: float, timeout_s: float) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+
+PREFETCH_STOP_POLICIES: Registry[type[StopPolicy]] = Registry("prefetch policy", "cache.prefetch_policy")
+
+
+@PREFETCH_STOP_POLICIES.register("best_effort")
+class BestEffort(StopPolicy):
+    """Stop as soon as the request is schedulable; use whatever has arrived."""
+
+    name = "best_effort"
+
+    def can_terminate(self, op: PrefetchOp, now: float, timeout_s: float) -> bool:
+        return True
+
+
+@PREFETCH_STOP_POLICIES.register("wait_complete")
+class WaitComplete(StopPolicy):
+    """Block the request until every hit page has arrived."""
+
+    name = "wait_complete"
+
+    def can_terminate(self, op: PrefetchOp, now: float, timeout_s: float) -> bool:
+        return op.is_complete()
+
+
+@PREFETCH_STOP_POLICIES.register("timeout")
+class Timeout(StopPolicy):
+    """Wait until complete or until the linear timeout (base + per 1024 hit tokens, capped) passes."""
+
+    name = "timeout"
+
+    def can_terminate(self, op: PrefetchOp, now: float, timeout_s: float) -> bool:
+        return op.is_complete() or now - op.start_time > timeout_s
+
+
+# Host-eviction rules register here (implementations in host_rules.py).
+HOST_EVICTION_RULES: Registry[type] = Registry("host eviction rule", "cache.host_eviction")
+
+HOST_MEMORY_MODES = ("cache", "buffer_only")
+EVICTION_GRANULARITIES = ("node", "page")
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """Where upstream changed over time, the variant each era uses. Any field can be overridden.
+
+    ``evict_amount``: on a device shortfall the scheduler asks the tree to evict the whole need
+    (``need``; before the 2026 "evict only the KV shortfall" change) or only the ``deficit``.
+    ``parent_backup``: a node whose parent has no host copy is backed up anyway (``none``, 2025),
+    skipped (``skip``, HiRadixCache 2026) or preceded by its unbacked ancestors, parent first
+    (``chain``, the unified tree of 2026). ``host_backup_eviction``: when the host is short,
+    ``full_retry`` evicts the node's whole length from host then retries once (HiRadixCache);
+    ``shortfall`` evicts only what is missing and fails if that is not freed (unified tree).
+    ``prefetch_flow``: ``prealloc`` reserves host pages before the storage query (2025),
+    ``after_hit`` allocates exactly the hit pages once known (2026).
+    """
+
+    evict_amount: str
+    parent_backup: str
+    host_backup_eviction: str
+    prefetch_flow: str
+
+
+SEMANTICS: Registry[Semantics] = Registry("semantics", "cache.semantics")
+SEMANTICS.add("2025", Semantics("need", "none", "full_retry", "prealloc"))
+SEMANTICS.add("2026", Semantics("deficit", "chain", "shortfall", "after_hit"))
+SEMANTIC_CHOICES = {
+    "evict_amount": ("need", "deficit"),
+    "parent_backup": ("none", "skip", "chain"),
+    "host_backup_eviction": ("full_retry", "shortfall"),
+    "prefetch_flow": ("prealloc", "after_hit"),
+}

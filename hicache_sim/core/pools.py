@@ -1,0 +1,119 @@
+"""Page allocators for the device (L1) and host (L2) pools, and the storage (L3) index.
+
+Everything is page-granular: a slot index names one page of ``page_size`` tokens.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from .errors import CacheStateError
+
+
+class PagePool:
+    """FIFO free list of page slots, as SGLang's allocators reuse them.
+
+    ``alloc`` takes the *first* n free slots and ``free`` appends to the end, so slot reuse order
+    matches upstream. The free list is a Python list read from a moving head (``_head``) so that
+    taking n pages is one slice, not n pops; it is compacted once the consumed head is half the list.
+    With ``strict`` every free is checked against an in-use bitmap (double free raises).
+    """
+
+    def __init__(self, name: str, num_pages: int, *, strict: bool = False) -> None:
+        if num_pages < 0:
+            raise ValueError(f"{name}: num_pages must be >= 0, got {num_pages}")
+        self.name = name
+        self.size = num_pages
+        self.strict = strict
+        self._free: list[int] = list(range(num_pages))
+        self._head = 0
+        self._in_use = bytearray(num_pages) if strict else None
+
+    def available(self) -> int:
+        """Free pages (read-only)."""
+        return len(self._free) - self._head
+
+    def used(self) -> int:
+        """Pages handed out and not yet freed (read-only)."""
+        return self.size - self.available()
+
+    def alloc(self, n: int) -> list[int] | None:
+        """Take ``n`` pages (mutates). Returns None, changing nothing, when fewer are free."""
+        if n > len(self._free) - self._head:
+            return None
+        head = self._head
+        out = self._free[head:head + n]
+        self._head = head + n
+        if self._head > 4096 and self._head * 2 > len(self._free):
+            del self._free[:self._head]
+            self._head = 0
+        if self._in_use is not None:
+            for p in out:
+                self._in_use[p] = 1
+        return out
+
+    def free(self, pages: Iterable[int]) -> None:
+        """Return pages to the end of the free list (mutates). Raises on a double free when strict."""
+        if self._in_use is not None:
+            pages = list(pages)
+            for p in pages:
+                if not 0 <= p < self.size or not self._in_use[p]:
+                    raise CacheStateError(f"{self.name} pool: page {p} freed but not in use")
+                self._in_use[p] = 0
+        self._free.extend(pages)
+
+    def free_pages(self) -> list[int]:
+        """Copy of the free list in reuse order (read-only; for invariant checks)."""
+        return self._free[self._head:]
+
+
+class StorageIndex:
+    """The storage tier (L3) as an index of page hashes with a capacity in pages and LRU eviction.
+
+    ``prefix_hits`` answers what a storage backend's ``batch_exists`` answers: how many of the
+    leading hashes are present (a miss ends the run). ``capacity_pages=None`` means unbounded.
+    """
+
+    def __init__(self, capacity_pages: int | None) -> None:
+        if capacity_pages is not None and capacity_pages < 0:
+            raise ValueError(f"storage capacity_pages must be >= 0 or None, got {capacity_pages}")
+        self.capacity = capacity_pages
+        self._pages: OrderedDict[int, None] = OrderedDict()
+        self.evicted_pages = 0
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+    def __contains__(self, page_hash: int) -> bool:
+        return page_hash in self._pages
+
+    def prefix_hits(self, hashes: list[int], *, touch: bool = True) -> int:
+        """Leading hashes present (read; with ``touch`` the hits become most recently used)."""
+        n = 0
+        pages = self._pages
+        for h in hashes:
+            if h not in pages:
+                break
+            if touch:
+                pages.move_to_end(h)
+            n += 1
+        return n
+
+    def put(self, hashes: Iterable[int]) -> int:
+        """Store pages (mutates); evicts least recently used pages beyond capacity. Returns pages added."""
+        pages = self._pages
+        added = 0
+        for h in hashes:
+            if h in pages:
+                pages.move_to_end(h)
+                continue
+            if self.capacity is not None:
+                if self.capacity == 0:
+                    continue
+                while len(pages) >= self.capacity:
+                    pages.popitem(last=False)
+                    self.evicted_pages += 1
+            pages[h] = None
+            added += 1
+        return added

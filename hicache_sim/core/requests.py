@@ -1,0 +1,143 @@
+"""A request's life as SGLang's scheduler drives the cache: match and lock, load the host hit back,
+allocate pages, checkpoint after each prefill chunk, and cache the finished request.
+
+These steps are cache logic (which slots are freed, which node is locked), so they live in the core;
+the instant driver and the timed world both call them and differ only in when.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import CacheStateError
+from .state import CacheState
+from .tree import Node
+
+
+@dataclass(slots=True)
+class RequestState:
+    """One request's hold on the cache. ``pages[i]`` is the device slot of ``keys[i]``.
+
+    ``cached`` leading pages belong to the tree (SGLang's ``cache_protected_len``); the rest are the
+    request's own until inserted. ``last_node`` is the node this request keeps locked.
+    Hit counts are pages found at admission: device, host (true L2) and storage (prefetched).
+    """
+
+    rid: str
+    keys: list[int]
+    pages: list[int]
+    cached: int
+    last_node: Node
+    match_last_node: Node
+    device_hit: int = 0
+    host_hit: int = 0
+    storage_hit: int = 0
+    loaded_pages: int = 0
+    priority: int = 0
+    done: bool = field(default=False)
+
+
+class RequestMixin(CacheState):
+    """begin / load host hit / extend / checkpoint / finish / abort."""
+
+    def begin_request(self, rid: str, keys: list[int], match_pages: int, priority: int = 0) -> RequestState:
+        """Match at most ``match_pages`` leading keys and lock the device prefix (mutates).
+
+        Counts the request's prompt pages and its device, host and storage hits. Host hits that a
+        storage prefetch for this request brought in are counted as storage hits (SGLang reports
+        them as L3-loaded tokens).
+        """
+        m = self.match_prefix(keys[:match_pages])
+        self.inc_lock_ref(m.last_device_node)
+        st = RequestState(rid, keys, list(m.device_pages), len(m.device_pages), m.last_device_node,
+                          m.last_node, priority=priority)
+        st.device_hit = len(m.device_pages)
+        from_storage = min(self.prefetched_pages.pop(rid, 0), m.host_hit_pages)
+        st.host_hit = m.host_hit_pages - from_storage
+        st.storage_hit = from_storage
+        c = self.counters
+        c.requests += 1
+        c.prompt_pages += len(keys)
+        c.device_hit_pages += st.device_hit
+        c.host_hit_pages += st.host_hit
+        c.storage_hit_pages += st.storage_hit
+        if self.buffer_only:
+            staged = self.consume_staged_prefetch(st)
+            st.storage_hit += staged
+            c.storage_hit_pages += staged
+        return st
+
+    def load_host_hit(self, st: RequestState, mem_quota_pages: int | None = None) -> int:
+        """Load the request's host hit back to device, all or nothing (mutates). Returns pages loaded."""
+        if st.match_last_node.value is not None:
+            return 0
+        last = self.load_back(st.match_last_node, mem_quota_pages, st.rid)
+        if last is None:
+            return 0
+        chain: list[int] = []
+        x = last
+        while x is not st.last_node:
+            chain.append(x)
+            x = x.parent
+            if x is None:
+                raise CacheStateError(f"request {st.rid}: loaded node is not below its locked node")
+        loaded = [p for node in reversed(chain) for p in node.value]
+        st.pages.extend(loaded)
+        st.cached += len(loaded)
+        self.dec_lock_ref(st.last_node)
+        self.inc_lock_ref(last)
+        st.last_node = last
+        st.loaded_pages = len(loaded)
+        return len(loaded)
+
+    def extend_request(self, st: RequestState, n: int) -> bool:
+        """Allocate ``n`` more device pages for the request, evicting if needed (mutates).
+
+        False, changing nothing, when they cannot be found.
+        """
+        if n <= 0:
+            return True
+        pages = self.alloc_device(n)
+        if pages is None:
+            return False
+        st.pages.extend(pages)
+        return True
+
+    def checkpoint_request(self, st: RequestState, upto: int) -> None:
+        """SGLang's ``cache_unfinished_req`` after a prefill chunk: insert ``keys[:upto]`` as a chunked
+        checkpoint, free the request's duplicate slots, re-match and move the lock down (mutates)."""
+        self._check_pages(st, upto)
+        prefix = self.insert(st.keys[:upto], st.pages[:upto], chunked=True, priority=st.priority)
+        if prefix > st.cached:
+            self.device.free(st.pages[st.cached:prefix])
+        m = self.match_prefix(st.keys[:upto])
+        st.pages[:len(m.device_pages)] = m.device_pages
+        self.dec_lock_ref(st.last_node)
+        self.inc_lock_ref(m.last_device_node)
+        st.last_node = m.last_device_node
+        st.cached = len(m.device_pages)
+
+    def finish_request(self, st: RequestState, upto: int | None = None) -> None:
+        """SGLang's ``cache_finished_req``: insert ``keys[:upto]`` (default all), free duplicates and the
+        request's pages beyond ``upto``, unlock (mutates)."""
+        n = len(st.keys) if upto is None else upto
+        self._check_pages(st, n)
+        prefix = self.insert(st.keys[:n], st.pages[:n], priority=st.priority)
+        if prefix > st.cached:
+            self.device.free(st.pages[st.cached:prefix])
+        if len(st.pages) > n:
+            self.device.free(st.pages[n:])
+        self.dec_lock_ref(st.last_node)
+        st.done = True
+
+    def abort_request(self, st: RequestState) -> None:
+        """Give back everything the request holds without inserting it (mutates)."""
+        if len(st.pages) > st.cached:
+            self.device.free(st.pages[st.cached:])
+        self.dec_lock_ref(st.last_node)
+        st.done = True
+
+    def _check_pages(self, st: RequestState, upto: int) -> None:
+        if upto > len(st.pages) or upto > len(st.keys):
+            raise CacheStateError(f"request {st.rid}: insert of {upto} pages but it holds {len(st.pages)} "
+                                  f"pages for {len(st.keys)} keys")

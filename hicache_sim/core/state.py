@@ -1,0 +1,335 @@
+"""Tree state and its bookkeeping: node creation, deletion and split, locks, host pins, page
+accounting and the two eviction-candidate sets with their heaps.
+
+Every mutation of a node's device copy, host copy, children, lock or pin goes through a method here,
+which keeps the candidate sets equal to their definitions (invariant 8). The operations built on it
+(match, insert, evict, backup, load-back, prefetch) live in the mixins of :mod:`.cache`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from .config import CacheConfig
+from .counters import Counters
+from .errors import CacheStateError
+from .policies import EVICTION_STRATEGIES, HOST_EVICTION_RULES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
+from .pools import PagePool, StorageIndex
+from .transfers import Transfer, TransferKind
+from .tree import ROOT_PRIORITY, Node, chain_hashes
+
+
+class CacheState:
+    """The tree, pools and candidate sets of one HiCache. Units: pages unless stated."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        self.page_size = config.page_size
+        self.sem = config.resolved_semantics
+        self.device = PagePool("device", config.device_pages, strict=config.strict)
+        self.host = PagePool("host", config.host_pages, strict=config.strict)
+        self.storage = StorageIndex(config.storage_capacity_pages) if config.storage else None
+        self.counters = Counters()
+        self.strategy = EVICTION_STRATEGIES.get(config.eviction_policy)(config.eviction_policy_config)
+        self.write_policy = WRITE_POLICIES.get(config.write_policy)
+        self.host_rule = HOST_EVICTION_RULES.get(config.host_eviction)()
+        self.stop_policy = PREFETCH_STOP_POLICIES.get(config.prefetch_policy)()
+        self.buffer_only = config.host_memory_mode == "buffer_only"
+        self._page_level = config.eviction_granularity == "page"
+        # Logical clock for access/creation order: strictly increasing, so no two nodes tie.
+        self._clock = 0
+        self._next_node_id = 0
+        self._next_transfer_id = 0
+        self.root = self._new_node([], priority=ROOT_PRIORITY)
+        self.root.value = []
+        self.root.host_value = []
+        self.root.hashes = []
+        self.root.lock_ref = 1
+        # evictable + protected == device pages held by tree nodes.
+        self.evictable_pages = 0
+        self.protected_pages = 0
+        # Candidate sets (dicts keep a deterministic order) and lazily invalidated heaps: an entry
+        # is (key, node id, push number, node) and is valid only while the node is still a candidate and its key
+        # is unchanged; a changed key pushes a fresh entry. Pops are O(log n) amortised; the heap
+        # is rebuilt when stale entries outnumber live ones.
+        self._dev_cands: dict[Node, Any] = {}  # node -> its current eviction key
+        self._host_cands: dict[Node, Any] = {}
+        self._dev_heap: list[tuple[Any, int, int, Node]] = []
+        self._host_heap: list[tuple[Any, int, int, Node]] = []
+        self._pushes = 0
+        self._outbox: list[Transfer] = []
+        self.inflight: dict[int, Transfer] = {}
+        self.now = 0.0
+
+    # ---------------------------------------------------------------------------------- clock/ids
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _tick_push(self) -> int:
+        self._pushes += 1
+        return self._pushes
+
+    def _new_node(self, key: list[int], priority: int = 0) -> Node:
+        node = Node(self._next_node_id, key, self._tick(), priority)
+        self._next_node_id += 1
+        return node
+
+    def _new_transfer(self, kind: TransferKind, reason: str, pages: int, **fields: Any) -> Transfer:
+        """Create a transfer, register it as in flight and put it in the outbox (mutates)."""
+        t = Transfer(self._next_transfer_id, kind, reason, pages, pages * self.config.bytes_per_page,
+                     issued_at=self.now, **fields)
+        self._next_transfer_id += 1
+        self._outbox.append(t)
+        self.inflight[t.id] = t
+        return t
+
+    def take_transfers(self) -> list[Transfer]:
+        """Transfers created since the last call, in creation order (mutates: empties the outbox)."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    # ----------------------------------------------------------------------------- candidate sets
+
+    def is_device_candidate(self, node: Node) -> bool:
+        """Device-eviction candidate: on device, unlocked, no child on device, not root (read-only)."""
+        return (node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0
+                and node is not self.root)
+
+    def _refresh(self, node: Node) -> None:
+        """Recompute both candidacies and keys of ``node``; push a heap entry where either changed."""
+        if node is self.root:
+            return
+        if self.is_device_candidate(node):
+            k = self.strategy.key(node)
+            if self._dev_cands.get(node) != k:
+                self._dev_cands[node] = k
+                heapq.heappush(self._dev_heap, (k, node.id, self._tick_push(), node))
+        elif node in self._dev_cands:
+            del self._dev_cands[node]
+        if self.host_rule.is_candidate(self, node):
+            k = self.host_rule.key(self, node)
+            if self._host_cands.get(node) != k:
+                self._host_cands[node] = k
+                heapq.heappush(self._host_heap, (k, node.id, self._tick_push(), node))
+        elif node in self._host_cands:
+            del self._host_cands[node]
+
+    def _touch(self, node: Node) -> None:
+        """Mark ``node`` accessed now; re-queue it where its eviction key changed."""
+        node.last_access = self._tick()
+        self._refresh(node)
+
+    @staticmethod
+    def _pop(heap: list[tuple[Any, int, int, Node]], cands: dict[Node, Any]) -> Node | None:
+        """Pop the smallest valid entry: the node is still a candidate under the same key."""
+        while heap:
+            k, _, _, node = heapq.heappop(heap)
+            if cands.get(node) == k:
+                return node
+        return None
+
+    def _pop_device_candidate(self) -> Node | None:
+        """Remove and return the device candidate with the smallest key, or None (mutates heap only)."""
+        return self._pop(self._dev_heap, self._dev_cands)
+
+    def _pop_host_candidate(self) -> Node | None:
+        """Remove and return the host candidate with the smallest key, or None (mutates heap only)."""
+        return self._pop(self._host_heap, self._host_cands)
+
+    def _compact_heaps(self) -> None:
+        """Drop stale entries once they dominate (keeps memory bounded on long runs)."""
+        if len(self._dev_heap) > 4 * len(self._dev_cands) + 4096:
+            self._dev_heap = [(k, n.id, self._tick_push(), n) for n, k in self._dev_cands.items()]
+            heapq.heapify(self._dev_heap)
+        if len(self._host_heap) > 4 * len(self._host_cands) + 4096:
+            self._host_heap = [(k, n.id, self._tick_push(), n) for n, k in self._host_cands.items()]
+            heapq.heapify(self._host_heap)
+
+    # ------------------------------------------------------------------------------ node changes
+
+    def _add_child(self, parent: Node, child: Node) -> None:
+        child.parent = parent
+        parent.children[child.key[0]] = child
+        if child.value is not None:
+            parent.n_dev_children += 1
+        if child.host_value is not None:
+            parent.n_host_children += 1
+        self._refresh(child)
+        self._refresh(parent)
+
+    def _set_value(self, node: Node, pages: list[int]) -> None:
+        """Give an evicted node device pages (re-attach or load-back); counts them as evictable."""
+        node.value = pages
+        self.evictable_pages += len(pages)
+        node.parent.n_dev_children += 1
+        self._refresh(node)
+        self._refresh(node.parent)
+
+    def _clear_value(self, node: Node) -> list[int]:
+        """Detach a node's device pages without freeing them; returns them."""
+        pages = node.value
+        node.value = None
+        self.evictable_pages -= len(pages)
+        node.parent.n_dev_children -= 1
+        self._refresh(node)
+        self._refresh(node.parent)
+        return pages
+
+    def _set_host_value(self, node: Node, pages: list[int]) -> None:
+        node.host_value = pages
+        node.parent.n_host_children += 1
+        self._refresh(node)
+        self._refresh(node.parent)
+
+    def _clear_host_value(self, node: Node) -> None:
+        """Free a node's host pages (mutates)."""
+        self.host.free(node.host_value)
+        node.host_value = None
+        node.parent.n_host_children -= 1
+        self._refresh(node)
+        self._refresh(node.parent)
+
+    def _delete_leaf(self, node: Node) -> None:
+        """Remove a childless node, freeing whatever device and host pages it holds."""
+        if node.children:
+            raise CacheStateError(f"delete of node {node.id} which still has {len(node.children)} children")
+        parent = node.parent
+        del parent.children[node.key[0]]
+        if node.value is not None:
+            self.device.free(node.value)
+            self.evictable_pages -= len(node.value)
+            parent.n_dev_children -= 1
+            node.value = None
+        if node.host_value is not None:
+            self.host.free(node.host_value)
+            parent.n_host_children -= 1
+            node.host_value = None
+        self._dev_cands.pop(node, None)
+        self._host_cands.pop(node, None)
+        node.parent = None
+        self._refresh(parent)
+
+    def _split(self, child: Node, n: int) -> Node:
+        """Split ``child`` after its first ``n`` pages; returns the new upper node (lossless).
+
+        The upper node takes the child's parent slot, lock count, hit count, priority, creation time
+        and any pending write id; it is never newer than the child, as the tree walk stamps
+        ancestors before descendants.
+        """
+        upper = self._new_node(child.key[:n], child.priority)
+        upper.creation = child.creation
+        upper.hit_count = child.hit_count
+        upper.lock_ref = child.lock_ref
+        upper.pending_write = child.pending_write
+        if child.value is not None:
+            upper.value = child.value[:n]
+            child.value = child.value[n:]
+            upper.n_dev_children = 1
+        if child.host_value is not None:
+            upper.host_value = child.host_value[:n]
+            child.host_value = child.host_value[n:]
+            upper.n_host_children = 1
+        if child.hashes is not None:
+            upper.hashes = child.hashes[:n]
+            child.hashes = child.hashes[n:]
+        parent = child.parent
+        upper.parent = parent
+        parent.children[upper.key[0]] = upper
+        child.key = child.key[n:]
+        child.parent = upper
+        upper.children[child.key[0]] = child
+        if self._page_level:
+            # Page granularity stands for one node per page: pages keep their own ages.
+            upper.last_access = child.last_access
+        else:
+            # Node granularity, as the unified tree: the lower half is stamped newer than the upper.
+            child.last_access = self._tick()
+        self._refresh(upper)
+        self._refresh(child)
+        return upper
+
+    def _page_hashes(self, parent: Node, keys: list[int]) -> list[int] | None:
+        """Chained page hashes for a new node under ``parent`` (only kept with a storage tier)."""
+        if self.storage is None:
+            return None
+        prev = parent.hashes[-1] if parent.hashes else None
+        return chain_hashes(prev, keys)
+
+    # ------------------------------------------------------------------------------ locks / pins
+
+    def inc_lock_ref(self, node: Node) -> int:
+        """Pin ``node`` and its ancestors on device (mutates). Returns pages newly protected."""
+        newly = 0
+        root = self.root
+        while node is not root:
+            if node.lock_ref == 0:
+                n = len(node.value)
+                self.evictable_pages -= n
+                self.protected_pages += n
+                newly += n
+                node.lock_ref = 1
+                self._refresh(node)
+            else:
+                node.lock_ref += 1
+            node = node.parent
+        return newly
+
+    def dec_lock_ref(self, node: Node) -> int:
+        """Unpin ``node`` and its ancestors (mutates). Returns pages made evictable again."""
+        freed = 0
+        root = self.root
+        while node is not root:
+            if node.lock_ref <= 0:
+                raise CacheStateError(f"dec_lock_ref on node {node.id} with lock_ref {node.lock_ref}")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                n = len(node.value)
+                self.evictable_pages += n
+                self.protected_pages -= n
+                freed += n
+                self._refresh(node)
+            node = node.parent
+        return freed
+
+    def protect_host(self, node: Node) -> None:
+        """Pin the node's host copy (storage backup, prefetch anchor, load-back in progress)."""
+        node.host_ref += 1
+        if node.host_ref == 1:
+            self._refresh(node)
+
+    def release_host(self, node: Node) -> None:
+        """Unpin the node's host copy; releasing below zero is an error, as upstream."""
+        if node.host_ref <= 0:
+            raise CacheStateError(f"release_host on node {node.id} with host_ref {node.host_ref}")
+        node.host_ref -= 1
+        if node.host_ref == 0 and node.parent is not None:
+            self._refresh(node)
+
+    # ---------------------------------------------------------------------------------- queries
+
+    def iter_nodes(self) -> list[Node]:
+        """All nodes except the root, parents before children, in a deterministic order."""
+        out: list[Node] = []
+        stack = list(reversed(self.root.children.values()))
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(reversed(node.children.values()))
+        return out
+
+    def residency(self) -> dict[str, int]:
+        """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H)."""
+        d = h = dh = 0
+        for node in self.iter_nodes():
+            n = len(node.key)
+            if node.value is not None:
+                d += n
+                if node.host_value is not None:
+                    dh += n
+            if node.host_value is not None:
+                h += n
+        return {"device_pages": d, "host_pages": h, "mirror_pages": dh,
+                "device_only_pages": d - dh, "host_only_pages": h - dh}

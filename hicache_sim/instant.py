@@ -1,0 +1,97 @@
+"""Instant mode: a page-level hit-rate replay with every transfer completed at once.
+
+The request loop is SGLang's scheduler with time taken out, one request at a time in arrival order:
+complete every pending acknowledgement (the scheduler's ``check_hicache_events``), match and lock,
+load the host hit back, allocate the rest, checkpoint after each prefill chunk, cache the finished
+request. With a storage tier, a request's storage prefetch is issued and finished before it is
+admitted (the stop policy has nothing to wait for). The fast path for large sweeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .core import CacheConfig, HiCache, check
+from .workloads import Request
+
+
+@dataclass
+class InstantResult:
+    """Per-request hit pages (device, host, storage) in request order, and the cache at the end."""
+
+    cache: HiCache
+    rids: list[str] = field(default_factory=list)
+    prompt_pages: list[int] = field(default_factory=list)
+    device_hit: list[int] = field(default_factory=list)
+    host_hit: list[int] = field(default_factory=list)
+    storage_hit: list[int] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+    def page_hit_rate(self, start: int = 0) -> dict[str, float]:
+        """Page-weighted hit rates per tier over requests ``start:`` (fractions of prompt pages)."""
+        total = sum(self.prompt_pages[start:]) or 1
+        d = sum(self.device_hit[start:])
+        h = sum(self.host_hit[start:])
+        s = sum(self.storage_hit[start:])
+        return {"device": d / total, "host": h / total, "storage": s / total, "total": (d + h + s) / total}
+
+
+def run_instant(config: CacheConfig, requests: Iterable[Request], *, chunk_pages: int | None = None,
+                reserve_last_token: bool = True, check_invariants: bool = False,
+                on_request: Callable[[int], None] | None = None) -> InstantResult:
+    """Replay ``requests`` through one HiCache with transfers completed immediately.
+
+    ``chunk_pages``: chunked-prefill size in pages (None: whole prompt in one chunk); chunks start
+    after the cached prefix, as SGLang's chunked prefill does. ``reserve_last_token``: match at most
+    input - 1 tokens. ``check_invariants`` runs ``check`` after every request.
+    """
+    cache = HiCache(config)
+    res = InstantResult(cache)
+    page_size = config.page_size
+    storage = cache.storage is not None
+    for i, req in enumerate(requests):
+        cache.drain()
+        if cache.buffer_only:
+            cache.flush_pending_writes()
+            cache.drain()
+        keys = list(req.page_keys)
+        limit = req.match_limit(page_size, reserve_last_token)
+        if storage:
+            _prefetch(cache, req, keys, limit)
+        st = cache.begin_request(req.rid, keys, limit, req.priority)
+        cache.load_host_hit(st)
+        prefix = len(st.pages)
+        if not cache.extend_request(st, len(keys) - prefix):
+            cache.abort_request(st)
+            res.rejected.append(req.rid)
+        else:
+            if chunk_pages:
+                for end in range(prefix + chunk_pages, len(keys), chunk_pages):
+                    cache.checkpoint_request(st, end)
+            cache.finish_request(st)
+        res.rids.append(req.rid)
+        res.prompt_pages.append(len(keys))
+        res.device_hit.append(st.device_hit)
+        res.host_hit.append(st.host_hit)
+        res.storage_hit.append(st.storage_hit)
+        if check_invariants:
+            check(cache)
+        if on_request is not None:
+            on_request(i)
+    cache.drain()
+    if check_invariants:
+        check(cache)
+    return res
+
+
+def _prefetch(cache: HiCache, req: Request, keys: list[int], limit: int) -> None:
+    """Issue the request's storage prefetch and let it finish before admission."""
+    m = cache.match_prefix(keys[:limit])
+    matched = m.device_hit_pages + m.host_hit_pages
+    op = cache.prefetch(req.rid, m.last_node, keys[matched:limit], cache.now)
+    if op is None:
+        return
+    cache.prefetch_query(req.rid)
+    cache.drain()
+    cache.check_prefetch_progress(req.rid, cache.now)
