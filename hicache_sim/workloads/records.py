@@ -13,7 +13,9 @@ class Request:
     ids, as Mooncake ``hash_ids``). ``input_tokens`` may be less than ``len(page_keys) * page_size``:
     the last page then holds ``input_tokens - (len(page_keys) - 1) * page_size`` tokens.
     ``session``/``turn`` tie multi-turn requests together (a closed-loop client waits for turn t
-    before sending t + 1); ``parent`` names the request whose answer this one continues.
+    before sending t + 1). ``finish_keys`` are the whole pages of prompt + answer (minus the last
+    token) that SGLang caches when the request finishes, where the answer's content is known
+    (synthetic conversations); empty when it is not (traces), and then only the prompt is cached.
     """
 
     rid: str
@@ -24,7 +26,7 @@ class Request:
     priority: int = 0
     session: str | None = None
     turn: int = 0
-    think_time_s: float = 0.0
+    finish_keys: tuple[int, ...] = ()
 
     def page_tokens(self, page_size: int, k: int) -> int:
         """Tokens in the first ``k`` pages (the last page may be partial)."""

@@ -1,0 +1,85 @@
+"""Calibration file: link parameters fitted per direction x io backend x layout (YAML).
+
+Written by ``hicache-sim calibrate``, read by scenarios through ``hardware.calibration``. A group
+missing from the file leaves the preset in place for that combination.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .linkmodel import LinkParams
+
+CALIBRATION_KIND = "hicache-sim-calibration"
+PARAM_FIELDS = ("bandwidth_Bps", "latency_s", "half_efficiency_bytes", "segment_overhead_s")
+
+
+class CalibrationError(ValueError):
+    """Bad calibration file: one line naming the file and the field."""
+
+
+@dataclass
+class Calibration:
+    """Fitted link parameters keyed by (direction, io_backend, layout), with provenance."""
+
+    device: str = ""
+    source: str = ""
+    groups: dict[tuple[str, str, str], LinkParams] = field(default_factory=dict)
+    errors: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+
+    def get(self, direction: str, io_backend: str, layout: str) -> LinkParams | None:
+        return self.groups.get((direction, io_backend, layout))
+
+    def to_data(self) -> dict:
+        rows = []
+        for (d, io, lay), p in sorted(self.groups.items()):
+            row = {"direction": d, "io_backend": io, "layout": lay, **p.as_dict()}
+            if (d, io, lay) in self.errors:
+                row["holdout"] = self.errors[(d, io, lay)]
+            rows.append(row)
+        return {"kind": CALIBRATION_KIND, "version": 1, "device": self.device, "source": self.source,
+                "groups": rows}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_data(), sort_keys=False), encoding="utf-8")
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and validate a calibration file; CalibrationError names the file and field."""
+    p = Path(path)
+    if not p.is_file():
+        raise CalibrationError(f"{path}: calibration file not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        raise CalibrationError(f"{path}: not valid YAML") from None
+    if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND:
+        raise CalibrationError(f"{path}: kind: expected {CALIBRATION_KIND!r}")
+    groups = data.get("groups")
+    if not isinstance(groups, list):
+        raise CalibrationError(f"{path}: groups: expected a list")
+    cal = Calibration(device=str(data.get("device", "")), source=str(data.get("source", "")))
+    for i, row in enumerate(groups):
+        if not isinstance(row, dict):
+            raise CalibrationError(f"{path}: groups[{i}]: expected a mapping")
+        key = []
+        for name in ("direction", "io_backend", "layout"):
+            v = row.get(name)
+            if not isinstance(v, str):
+                raise CalibrationError(f"{path}: groups[{i}].{name}: expected a string")
+            key.append(v)
+        vals = {}
+        for name in PARAM_FIELDS:
+            v = row.get(name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise CalibrationError(f"{path}: groups[{i}].{name}: expected a number >= 0")
+            vals[name] = float(v)
+        if vals["bandwidth_Bps"] <= 0:
+            raise CalibrationError(f"{path}: groups[{i}].bandwidth_Bps: expected a number > 0")
+        cal.groups[tuple(key)] = LinkParams(**vals)
+        if isinstance(row.get("holdout"), dict):
+            cal.errors[tuple(key)] = row["holdout"]
+    return cal

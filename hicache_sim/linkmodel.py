@@ -1,0 +1,60 @@
+"""The transfer-time model shared by the timed world, the replay comparison and calibration.
+
+A transfer of ``bytes`` made of ``segments`` contiguous pieces takes, alone on its link,
+
+    latency + segments * segment_overhead + bytes / (bandwidth * eff(bytes / segments)),
+    eff(s) = s / (s + half_efficiency_bytes),
+
+so efficiency rises with the contiguous piece size (small per-layer page pieces run far below peak,
+>= 2 MB pieces near it), and the direct io backend pays a per-piece launch cost the kernel backend
+does not. The world shares the bandwidth term between concurrent transfers of one direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """One direction x io backend x layout. Units: bytes/s, seconds, bytes."""
+
+    bandwidth_Bps: float
+    latency_s: float
+    half_efficiency_bytes: float
+    segment_overhead_s: float
+
+    def efficiency(self, segment_bytes: float) -> float:
+        """Fraction of peak bandwidth reached with contiguous pieces of ``segment_bytes``."""
+        if segment_bytes <= 0:
+            return 1.0
+        return segment_bytes / (segment_bytes + self.half_efficiency_bytes)
+
+    def fixed_time(self, segments: int) -> float:
+        """Seconds that do not depend on bandwidth (latency and per-piece cost)."""
+        return self.latency_s + segments * self.segment_overhead_s
+
+    def effective_bytes(self, nbytes: float, segments: int) -> float:
+        """Bytes as the link experiences them: ``bytes / efficiency`` (what shares the bandwidth)."""
+        if nbytes <= 0:
+            return 0.0
+        return nbytes / self.efficiency(nbytes / max(1, segments))
+
+    def time(self, nbytes: float, segments: int) -> float:
+        """Seconds for one transfer alone on the link."""
+        return self.fixed_time(segments) + self.effective_bytes(nbytes, segments) / self.bandwidth_Bps
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def segments_for(pages: int, layout: str, num_layers: int, kv_factor: int, *, layers: int | None = None) -> int:
+    """Contiguous pieces a transfer of ``pages`` pages moves, for ``layers`` layers (default all).
+
+    layer_first and page_first move one piece per page, layer and K/V (device pools are layer-first);
+    page_first_direct moves one per page and layer (K and V of a layer's page chunk together).
+    """
+    n_layers = num_layers if layers is None else layers
+    if layout == "page_first_direct":
+        return pages * n_layers
+    return pages * n_layers * kv_factor

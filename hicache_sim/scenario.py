@@ -1,0 +1,555 @@
+"""Scenario YAML schema (pydantic, unknown keys are errors), ``--set`` overrides, and resolution of a
+scenario into the plain objects the core, the world and the replay use.
+
+Units in names: ``*_tokens``, ``*_gb`` (1e9 bytes), ``*_gbps`` (1e9 bytes/s), ``*_us``, ``*_s``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .core import (
+    EVICTION_STRATEGIES,
+    HOST_EVICTION_RULES,
+    PREFETCH_STOP_POLICIES,
+    WRITE_POLICIES,
+    CacheConfig,
+    ConfigError,
+)
+from .core.sizing import ModelDims, host_pool_tokens, kv_bytes_per_token
+from .linkmodel import LinkParams
+from .presets import GPUS, IO_BACKENDS, LINKS, MEM_LAYOUTS, MODELS, STORAGE, GPUPreset, ModelPreset
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input: one line naming the file, the field and what was expected."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _in_registry(registry, value: str) -> str:
+    if value not in registry:
+        raise ValueError(f"unknown {registry.kind} {value!r}; supported: {', '.join(registry.names())}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+class ModelSpec(_Strict):
+    """A model preset, optionally with fields overridden, or explicit dimensions."""
+
+    preset: str | None = Field(None, description="model preset name (see `hicache-sim run --help`)")
+    num_layers: int | None = Field(None, gt=0, description="transformer layers")
+    attention: Literal["mha", "mla"] | None = Field(None, description="mha (MHA/GQA) or mla")
+    num_kv_heads: int | None = Field(None, gt=0, description="KV heads (MHA/GQA)")
+    head_dim: int | None = Field(None, gt=0, description="head dimension")
+    q_heads: int | None = Field(None, gt=0, description="query heads (attention FLOPs)")
+    kv_lora_rank: int | None = Field(None, ge=0, description="MLA latent rank")
+    qk_rope_head_dim: int | None = Field(None, ge=0, description="MLA rope dimension")
+    params_b: float | None = Field(None, gt=0, description="parameters, billions (weights memory)")
+    active_params_b: float | None = Field(None, gt=0, description="active parameters per token, billions")
+    dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
+
+    @field_validator("preset")
+    @classmethod
+    def _preset_known(cls, v: str | None) -> str | None:
+        return None if v is None else _in_registry(MODELS, v)
+
+    def resolve(self) -> ModelPreset:
+        """Preset with overrides applied, or a model from explicit dimensions."""
+        fields = {k: v for k, v in self.model_dump().items() if v is not None and k not in ("preset", "dtype")}
+        if self.preset is not None:
+            base = MODELS.get(self.preset)
+            return ModelPreset(**{**base.__dict__, **fields})
+        need = ["num_layers", "params_b"]
+        missing = [k for k in need if k not in fields]
+        if missing:
+            raise ValueError(f"explicit model needs {', '.join(missing)} (or a preset)")
+        fields.setdefault("attention", "mha")
+        fields.setdefault("num_kv_heads", 1)
+        fields.setdefault("head_dim", 128)
+        fields.setdefault("q_heads", fields["num_kv_heads"])
+        fields.setdefault("active_params_b", fields["params_b"])
+        return ModelPreset(name="custom", **fields)
+
+
+# --------------------------------------------------------------------------------------- hardware
+
+
+class PCIeSpec(_Strict):
+    """Host<->device link; unset fields come from the GPU's PCIe generation preset."""
+
+    preset: str | None = Field(None, description="gen4 or gen5 (default: the GPU's)")
+    h2d_gbps: float | None = Field(None, gt=0, description="peak host->device GB/s")
+    d2h_gbps: float | None = Field(None, gt=0, description="peak device->host GB/s")
+    latency_us: float | None = Field(None, ge=0, description="fixed cost per transfer, us")
+    half_efficiency_bytes: float | None = Field(None, ge=0, description="piece size at half of peak, bytes")
+    segment_overhead_us: float | None = Field(None, ge=0, description="cost per contiguous piece, us")
+    sharing: Literal["processor", "fifo"] = Field(
+        "processor", description="concurrent transfers of one direction share bandwidth, or queue")
+
+    @field_validator("preset")
+    @classmethod
+    def _preset_known(cls, v: str | None) -> str | None:
+        return None if v is None else _in_registry(LINKS, v)
+
+
+class StorageSpec(_Strict):
+    """Storage (L3) link; unset fields come from the backend preset (cache.storage_backend)."""
+
+    read_gbps: float | None = Field(None, gt=0, description="storage -> host GB/s")
+    write_gbps: float | None = Field(None, gt=0, description="host -> storage GB/s")
+    latency_us: float | None = Field(None, ge=0, description="latency per batch (query or I/O), us")
+    capacity_gb: float | None = Field(None, ge=0, description="storage capacity, GB (0: unbounded)")
+
+
+class HardwareSpec(_Strict):
+    gpu: str = Field("h200", description="GPU preset")
+    tp: int = Field(1, gt=0, description="tensor-parallel ranks (KV split across them for MHA/GQA)")
+    mem_fraction_static: float = Field(0.88, gt=0, le=1, description="GPU memory for weights + KV pool")
+    mfu: float = Field(0.5, gt=0, le=1, description="fraction of peak FLOP/s prefill reaches")
+    hbm_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth decode reaches")
+    step_overhead_us: float = Field(200.0, ge=0, description="fixed cost per scheduler step, us")
+    pcie: PCIeSpec = Field(default_factory=PCIeSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    calibration: str | None = Field(None, description="calibration file (hicache-sim calibrate)")
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu_known(cls, v: str) -> str:
+        return _in_registry(GPUS, v)
+
+
+# ------------------------------------------------------------------------------------------ cache
+
+
+class CacheSpec(_Strict):
+    page_size: int = Field(64, gt=0, description="tokens per page")
+    device_tokens: int | None = Field(None, gt=0, description="device KV pool, tokens (default: from GPU memory)")
+    host_ratio: float | None = Field(None, ge=0, description="host pool = ratio x device pool")
+    host_size_gb: float | None = Field(None, ge=0, description="host pool in GB per rank (overrides ratio)")
+    host_tokens: int | None = Field(None, ge=0, description="host pool, exact tokens (page multiple)")
+    host_alignment: Literal["up_plus_one", "down", "exact"] = Field(
+        "up_plus_one", description="host pool page alignment: 2026 (+1 page), mid-2025 (down)")
+    write_policy: str = Field("write_through", description="write_through | write_through_selective | write_back")
+    host_eviction: str = Field("evicted_only", description="evicted_only | reclaim_mirrors | boundary")
+    host_memory_mode: Literal["cache", "buffer_only"] = Field("cache", description="host as cache or buffer")
+    eviction_policy: str = Field("lru", description="lru | lfu | fifo | mru | filo | priority | slru")
+    eviction_policy_config: dict[str, Any] = Field(default_factory=dict, description="e.g. protected_threshold")
+    eviction_granularity: Literal["node", "page"] = Field("node", description="whole leaf nodes or exact pages")
+    io_backend: Literal["kernel", "direct"] = Field("kernel", description="host<->device copy backend")
+    mem_layout: Literal["layer_first", "page_first", "page_first_direct"] = Field(
+        "page_first", description="host KV layout")
+    storage_backend: str = Field("none", description="none or a storage preset")
+    prefetch_policy: str = Field("timeout", description="best_effort | wait_complete | timeout")
+    prefetch_threshold: int = Field(256, ge=0, description="smallest prefetch worth issuing, tokens")
+    prefetch_timeout_base_s: float | None = Field(None, ge=0, description="timeout base (default by semantics)")
+    prefetch_timeout_per_ki_token_s: float | None = Field(None, ge=0, description="timeout per 1024 tokens")
+    prefetch_timeout_max_s: float | None = Field(None, ge=0, description="timeout cap")
+    load_back_threshold: int = Field(10, ge=0, description="smallest load-back, tokens")
+    semantics: Literal["2025", "2026"] = Field("2026", description="upstream era where behaviour changed")
+    evict_amount: Literal["need", "deficit"] | None = Field(None, description="override of the era's rule")
+    parent_backup: Literal["none", "skip", "chain"] | None = Field(None, description="override")
+    host_backup_eviction: Literal["full_retry", "shortfall"] | None = Field(None, description="override")
+    prefetch_flow: Literal["prealloc", "after_hit"] | None = Field(None, description="override")
+
+    @field_validator("write_policy")
+    @classmethod
+    def _wp(cls, v: str) -> str:
+        return _in_registry(WRITE_POLICIES, v)
+
+    @field_validator("host_eviction")
+    @classmethod
+    def _he(cls, v: str) -> str:
+        return _in_registry(HOST_EVICTION_RULES, v)
+
+    @field_validator("eviction_policy")
+    @classmethod
+    def _ep(cls, v: str) -> str:
+        return _in_registry(EVICTION_STRATEGIES, v)
+
+    @field_validator("prefetch_policy")
+    @classmethod
+    def _pp(cls, v: str) -> str:
+        return _in_registry(PREFETCH_STOP_POLICIES, v)
+
+    @field_validator("storage_backend")
+    @classmethod
+    def _sb(cls, v: str) -> str:
+        return v if v == "none" else _in_registry(STORAGE, v)
+
+    @model_validator(mode="after")
+    def _one_host_size(self) -> CacheSpec:
+        given = [k for k in ("host_ratio", "host_size_gb", "host_tokens") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of host_ratio, host_size_gb, host_tokens (got {', '.join(given)})")
+        return self
+
+
+# -------------------------------------------------------------------------------------- scheduler
+
+
+class SchedulerSpec(_Strict):
+    chunked_prefill_size: int | None = Field(8192, gt=0, description="prefill chunk, tokens (null: whole prompt)")
+    max_running_requests: int = Field(256, gt=0, description="cap on requests in the running batch")
+    max_prefill_tokens: int = Field(16384, gt=0, description="new prefill tokens per step")
+    reserve_last_token: bool = Field(True, description="match at most input - 1 tokens, as SGLang")
+    insert_output: bool = Field(True, description="cache output tokens too when a request finishes (timed)")
+
+
+# --------------------------------------------------------------------------------------- workload
+
+
+class TraceSpec(_Strict):
+    path: str = Field("builtin:mooncake/conversation_trace.jsonl", description="file, or builtin:<name>")
+    format: Literal["mooncake", "bailian", "azure"] = Field("mooncake", description="trace format")
+    limit: int | None = Field(None, gt=0, description="first N requests only")
+    time_scale: float = Field(1.0, gt=0, description="multiply arrival times (0.5 = twice the load)")
+
+
+class MultiturnSpec(_Strict):
+    """SGLang bench_multiturn: clients with growing histories."""
+
+    num_clients: int = Field(256, gt=0)
+    num_rounds: int = Field(5, gt=0)
+    request_length: int = Field(512, gt=0, description="tokens of the first prompt and of each new question")
+    output_length: int = Field(64, gt=0)
+    request_rate: float = Field(1.0, gt=0, description="requests/s")
+    max_parallel: int = Field(128, gt=0, description="in-flight cap")
+    distribution: Literal["poisson", "uniform"] = Field("poisson")
+    round_barrier: bool = Field(False, description="round r+1 starts when every client finished round r")
+    range_ratio: float = Field(1.0, gt=0, le=1, description="lengths vary uniformly in [ratio x L, L]")
+
+
+class SharedPrefixSpec(_Strict):
+    num_groups: int = Field(32, gt=0)
+    prompts_per_group: int = Field(16, gt=0)
+    system_prompt_length: int = Field(2048, gt=0)
+    question_length: int = Field(128, gt=0)
+    output_length: int = Field(128, gt=0)
+    request_rate: float = Field(4.0, gt=0)
+
+
+class LongContextSpec(_Strict):
+    num_documents: int = Field(20, gt=0)
+    queries_per_document: int = Field(5, gt=0)
+    context_length: int = Field(32768, gt=0)
+    question_length: int = Field(64, gt=0)
+    output_length: int = Field(64, gt=0)
+    request_rate: float = Field(1.0, gt=0)
+    order: Literal["grouped", "round_robin"] = Field("round_robin")
+
+
+class PoissonSpec(_Strict):
+    num_requests: int = Field(1000, gt=0)
+    request_rate: float = Field(4.0, gt=0)
+    input_length: int = Field(2048, gt=0)
+    output_length: int = Field(256, gt=0)
+    shared_fraction: float = Field(0.5, ge=0, le=1, description="share of each prompt that is a common prefix")
+    num_prefixes: int = Field(8, gt=0)
+    lengths_from: str | None = Field(None, description="azure trace file or builtin: for arrivals and lengths")
+
+
+class WorkloadSpec(_Strict):
+    kind: Literal["trace", "multiturn", "shared_prefix", "long_context", "poisson_synthetic"] = "trace"
+    partial_pages: Literal["keep", "drop"] = Field("keep", description="last partial page cached or not")
+    trace: TraceSpec = Field(default_factory=TraceSpec)
+    multiturn: MultiturnSpec = Field(default_factory=MultiturnSpec)
+    shared_prefix: SharedPrefixSpec = Field(default_factory=SharedPrefixSpec)
+    long_context: LongContextSpec = Field(default_factory=LongContextSpec)
+    poisson_synthetic: PoissonSpec = Field(default_factory=PoissonSpec)
+
+
+class MetricsSpec(_Strict):
+    warmup_fraction: float = Field(0.0, ge=0, lt=1, description="first share of requests not measured")
+    timeseries_interval_s: float = Field(1.0, gt=0, description="sampling period of time series (timed)")
+    transfer_log: bool = Field(False, description="write transfers.parquet")
+
+
+class Scenario(_Strict):
+    """A complete simulation: model, hardware, cache, scheduler, workload, metrics, optional sweep."""
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    mode: Literal["instant", "timed"] = "instant"
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec(preset="llama-3.1-8b"))
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+    cache: CacheSpec = Field(default_factory=CacheSpec)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_name(cls, v: Any) -> Any:
+        return {"preset": v} if isinstance(v, str) else v
+
+
+# ------------------------------------------------------------------------------------ resolution
+
+
+@dataclass
+class Resolved:
+    """A scenario turned into the objects the simulator runs on."""
+
+    scenario: Scenario
+    model: ModelPreset
+    gpu: GPUPreset
+    bytes_per_token: int
+    device_tokens: int
+    host_tokens: int
+    cache: CacheConfig
+    links: dict[str, LinkParams]
+    storage_read_Bps: float
+    storage_write_Bps: float
+    storage_latency_s: float
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def page_bytes(self) -> int:
+        return self.bytes_per_token * self.cache.page_size
+
+    @property
+    def kv_factor(self) -> int:
+        return 1 if self.model.attention == "mla" else 2
+
+
+def model_dims(model: ModelPreset, dtype: str) -> ModelDims:
+    return ModelDims(num_layers=model.num_layers, attention=model.attention, num_kv_heads=model.num_kv_heads,
+                     head_dim=model.head_dim, kv_lora_rank=model.kv_lora_rank,
+                     qk_rope_head_dim=model.qk_rope_head_dim, dtype=dtype)
+
+
+def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
+    """Sizes in pages, policies, link and storage parameters. Raises ConfigError on an impossible mix."""
+    try:
+        model = sc.model.resolve()
+    except ValueError as e:
+        raise ConfigError("model", str(e)) from None
+    gpu = GPUS.get(sc.hardware.gpu)
+    dims = model_dims(model, sc.model.dtype)
+    bpt = kv_bytes_per_token(dims, sc.hardware.tp)
+    c = sc.cache
+    page = c.page_size
+    warnings: list[str] = []
+    if c.device_tokens is not None:
+        device_tokens = c.device_tokens // page * page
+    else:
+        weights = model.params_b * 1e9 * 2 / sc.hardware.tp
+        budget = gpu.memory_gb * 1e9 * sc.hardware.mem_fraction_static - weights
+        if budget <= 0:
+            raise ConfigError("hardware.mem_fraction_static",
+                              f"weights of {model.name} ({weights / 1e9:.1f} GB per rank) do not fit in "
+                              f"{sc.hardware.mem_fraction_static} x {gpu.memory_gb} GB; raise tp or give "
+                              "cache.device_tokens")
+        device_tokens = int(budget // bpt) // page * page
+    if device_tokens < page:
+        raise ConfigError("cache.device_tokens", f"device pool must hold at least one page ({page} tokens)")
+    if c.host_ratio is None and c.host_size_gb is None and c.host_tokens is None:
+        ratio = 1.2 if c.host_memory_mode == "buffer_only" else 2.0
+        sizing = host_pool_tokens(device_tokens, page, host_ratio=ratio, alignment=c.host_alignment)
+    else:
+        sizing = host_pool_tokens(device_tokens, page, host_ratio=c.host_ratio, host_size_gb=c.host_size_gb,
+                                  host_tokens=c.host_tokens, bytes_per_token=bpt, alignment=c.host_alignment)
+    if sizing.warning:
+        warnings.append(sizing.warning)
+    storage_on = c.storage_backend != "none"
+    st = STORAGE.get(c.storage_backend) if storage_on else None
+    cap_gb = sc.hardware.storage.capacity_gb if sc.hardware.storage.capacity_gb is not None else (
+        st.capacity_gb if st else 0.0)
+    storage_pages = int(cap_gb * 1e9 // (bpt * page)) if storage_on and cap_gb > 0 else None
+    cache = CacheConfig(
+        page_size=page,
+        device_pages=device_tokens // page,
+        host_pages=sizing.host_tokens // page,
+        write_policy=c.write_policy,
+        host_eviction=c.host_eviction,
+        host_memory_mode=c.host_memory_mode,
+        eviction_policy=c.eviction_policy,
+        eviction_policy_config=dict(c.eviction_policy_config),
+        eviction_granularity=c.eviction_granularity,
+        load_back_threshold_tokens=c.load_back_threshold,
+        storage=storage_on,
+        storage_capacity_pages=storage_pages,
+        prefetch_policy=c.prefetch_policy,
+        prefetch_threshold_tokens=c.prefetch_threshold,
+        prefetch_timeout_base_s=c.prefetch_timeout_base_s,
+        prefetch_timeout_per_ki_token_s=c.prefetch_timeout_per_ki_token_s,
+        prefetch_timeout_max_s=c.prefetch_timeout_max_s,
+        semantics=c.semantics,
+        evict_amount=c.evict_amount,
+        parent_backup=c.parent_backup,
+        host_backup_eviction=c.host_backup_eviction,
+        prefetch_flow=c.prefetch_flow,
+        bytes_per_page=bpt * page,
+        strict=strict,
+    )
+    links = _link_params(sc, gpu)
+    hs = sc.hardware.storage
+    return Resolved(
+        scenario=sc, model=model, gpu=gpu, bytes_per_token=bpt, device_tokens=device_tokens,
+        host_tokens=sizing.host_tokens, cache=cache, links=links,
+        storage_read_Bps=(hs.read_gbps or (st.read_gbps if st else 1.0)) * 1e9,
+        storage_write_Bps=(hs.write_gbps or (st.write_gbps if st else 1.0)) * 1e9,
+        storage_latency_s=(hs.latency_us if hs.latency_us is not None else (st.latency_us if st else 0.0)) * 1e-6,
+        warnings=warnings,
+    )
+
+
+def _link_params(sc: Scenario, gpu: GPUPreset) -> dict[str, LinkParams]:
+    """Per direction ('h2d', 'd2h') link parameters: calibration file, else preset with overrides."""
+    p = sc.hardware.pcie
+    base = LINKS.get(p.preset or gpu.pcie)
+    io = sc.cache.io_backend
+    overhead_us = p.segment_overhead_us if p.segment_overhead_us is not None else (
+        base.segment_overhead_us_kernel if io == "kernel" else base.segment_overhead_us_direct)
+    out = {}
+    for direction, gbps in (("h2d", p.h2d_gbps or base.h2d_gbps), ("d2h", p.d2h_gbps or base.d2h_gbps)):
+        out[direction] = LinkParams(
+            bandwidth_Bps=gbps * 1e9,
+            latency_s=(p.latency_us if p.latency_us is not None else base.latency_us) * 1e-6,
+            half_efficiency_bytes=p.half_efficiency_bytes if p.half_efficiency_bytes is not None
+            else base.half_efficiency_bytes,
+            segment_overhead_s=overhead_us * 1e-6,
+        )
+    if sc.hardware.calibration:
+        from .calibration_file import load_calibration
+
+        cal = load_calibration(sc.hardware.calibration)
+        for direction in ("h2d", "d2h"):
+            params = cal.get(direction, io, sc.cache.mem_layout)
+            if params is not None:
+                out[direction] = params
+    return out
+
+
+# --------------------------------------------------------------------------------- load / override
+
+
+def _fmt_loc(loc: tuple) -> str:
+    return ".".join(str(x) for x in loc)
+
+
+def validation_message(path: str, err: ValidationError) -> str:
+    """One line: file, field and what was expected (first error; the count of others)."""
+    first = err.errors()[0]
+    loc = _fmt_loc(first.get("loc", ()))
+    msg = first.get("msg", "invalid")
+    if first.get("type") == "extra_forbidden":
+        msg = "unknown key"
+    more = len(err.errors()) - 1
+    tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
+    return f"{path}: {loc or '<root>'}: {msg}{tail}"
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (['a','b','c'], YAML-parsed value)."""
+    if "=" not in text:
+        raise ScenarioError(f"--set {text!r}: expected dotted.key=value")
+    key, raw = text.split("=", 1)
+    parts = [k for k in key.strip().split(".") if k]
+    if not parts:
+        raise ScenarioError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def apply_override(data: dict, parts: list[str], value: Any) -> None:
+    """Set a dotted key in a nested dict, creating mappings on the way (mutates ``data``)."""
+    node = data
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if nxt is None:
+            nxt = node[p] = {}
+        if isinstance(nxt, str) and p == "model":
+            nxt = node[p] = {"preset": nxt}
+        if not isinstance(nxt, dict):
+            raise ScenarioError(f"--set {'.'.join(parts)}: {p} is not a mapping")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def load_scenario_data(path: str | Path) -> dict:
+    """Read a scenario YAML into a dict (``builtin:NAME`` reads a scenario shipped with the package)."""
+    p = resolve_builtin(path, "scenarios")
+    if not p.is_file():
+        raise ScenarioError(f"{path}: scenario file not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ScenarioError(f"{path}{where}: YAML syntax error: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def build_scenario(data: dict, source: str, overrides: list[str] = ()) -> Scenario:
+    """Validate data (after ``--set`` overrides) into a Scenario; ScenarioError names file and field."""
+    data = copy.deepcopy(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        apply_override(data, parts, value)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(validation_message(source, e)) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
+    """Read, override and validate a scenario file."""
+    return build_scenario(load_scenario_data(path), str(path), overrides)
+
+
+PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+
+
+def resolve_builtin(path: str | Path, kind: str) -> Path:
+    """``builtin:NAME`` -> the packaged file under data/<kind>/ (scenarios or traces)."""
+    s = str(path)
+    if s.startswith("builtin:"):
+        name = s[len("builtin:"):]
+        if kind == "scenarios" and not name.endswith(".yaml"):
+            name += ".yaml"
+        return PACKAGE_DATA / kind / name
+    return Path(s)
+
+
+def scenario_dump(sc: Scenario) -> dict:
+    """The resolved scenario as plain data (written beside results)."""
+    return sc.model_dump(mode="json")
+
+
+def tokens_to_pages(tokens: int, page_size: int) -> int:
+    return math.ceil(tokens / page_size)
+
+
+__all__ = [
+    "IO_BACKENDS",
+    "MEM_LAYOUTS",
+    "Resolved",
+    "Scenario",
+    "ScenarioError",
+    "build_scenario",
+    "load_scenario",
+    "resolve",
+]

@@ -1,0 +1,159 @@
+"""Synthetic workloads with prefix identity: multi-turn chat (SGLang bench_multiturn), shared-prefix
+groups, long-context document QA, and Poisson arrivals over shared prefixes (optionally with Azure
+arrivals and lengths).
+
+Token streams are never materialised: a page's key is a hash of (stream id, page index) for whole
+pages and of (stream id, page index, tokens) for a partial page, so equal keys mean equal content
+and an equal prefix. Randomness comes from one numpy Generator per subsystem, seeded from the
+scenario seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .records import Request
+
+# Integer tags for stream ids: tuples of ints hash the same in every process (strings do not).
+CLIENT, SYSTEM, QUESTION, DOC, QUERY, PREFIX, OWN = range(1, 8)
+
+
+def _rng(seed: int, subsystem: str) -> np.random.Generator:
+    """Independent, reproducible stream per subsystem (arrivals, lengths, order, ...)."""
+    return np.random.default_rng([seed, sum(ord(c) * 131**i for i, c in enumerate(subsystem)) % (2**32)])
+
+
+def stream_keys(stream: int, tokens: int, page_size: int, partial: str = "keep") -> tuple[int, ...]:
+    """Page keys of the first ``tokens`` tokens of token stream ``stream``."""
+    full = tokens // page_size
+    keys = [hash((stream, j)) for j in range(full)]
+    rest = tokens - full * page_size
+    if rest and partial == "keep":
+        keys.append(hash((stream, full, rest)))
+    return tuple(keys)
+
+
+def _finish_keys(stream: int, tokens: int, page_size: int) -> tuple[int, ...]:
+    """Whole pages SGLang caches at finish: prompt + answer minus the last token, page-aligned."""
+    return stream_keys(stream, max(0, tokens - 1), page_size, "drop")
+
+
+def _gaps(rng: np.random.Generator, n: int, rate: float, distribution: str) -> np.ndarray:
+    if distribution == "uniform":
+        return rng.uniform(0.0, 2.0 / rate, size=n)
+    return rng.exponential(1.0 / rate, size=n)
+
+
+def _lengths(rng: np.random.Generator, n: int, length: int, range_ratio: float) -> np.ndarray:
+    if range_ratio >= 1.0:
+        return np.full(n, length, dtype=np.int64)
+    lo = max(1, int(length * range_ratio))
+    return rng.integers(lo, length + 1, size=n)
+
+
+@dataclass
+class Workload:
+    """Requests, and for closed-loop workloads how they chain.
+
+    ``closed_loop``: a session's turn t + 1 is released only when turn t finished (its arrival time
+    is then the release time plus the ready-queue gap); ``max_parallel`` caps sessions in flight;
+    ``round_barrier``: round r + 1 of every session waits for all of round r.
+    """
+
+    requests: list[Request]
+    closed_loop: bool = False
+    max_parallel: int | None = None
+    round_barrier: bool = False
+    rate: float | None = None
+    distribution: str = "poisson"
+
+
+def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
+    """bench_multiturn: each client's round r prompt is its whole history plus a new question."""
+    rng_len = _rng(seed, "lengths")
+    rng_arr = _rng(seed, "arrivals")
+    reqs = []
+    n = spec.num_clients * spec.num_rounds
+    q_lens = _lengths(rng_len, n, spec.request_length, spec.range_ratio).reshape(spec.num_clients, -1)
+    o_lens = _lengths(rng_len, n, spec.output_length, spec.range_ratio).reshape(spec.num_clients, -1)
+    gaps = _gaps(rng_arr, n, spec.request_rate, spec.distribution)
+    # Open-loop arrival order used by instant mode: round-robin over clients, rounds in order.
+    t = 0.0
+    k = 0
+    for r in range(spec.num_rounds):
+        for c in range(spec.num_clients):
+            stream = hash((seed, CLIENT, c))
+            hist = int(q_lens[c, :r].sum() + o_lens[c, :r].sum())
+            inp = hist + int(q_lens[c, r])
+            out = int(o_lens[c, r])
+            t += float(gaps[k])
+            k += 1
+            reqs.append(Request(f"c{c}r{r}", t, inp, out, stream_keys(stream, inp, page_size, partial),
+                                session=f"c{c}", turn=r, finish_keys=_finish_keys(stream, inp + out, page_size)))
+    return Workload(reqs, closed_loop=True, max_parallel=spec.max_parallel, round_barrier=spec.round_barrier,
+                    rate=spec.request_rate, distribution=spec.distribution)
+
+
+def shared_prefix(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
+    """Groups sharing a system prompt, each with its own questions (generated shared prefix)."""
+    rng = _rng(seed, "arrivals")
+    order = _rng(seed, "order")
+    items = [(g, q) for g in range(spec.num_groups) for q in range(spec.prompts_per_group)]
+    order.shuffle(items)
+    gaps = rng.exponential(1.0 / spec.request_rate, size=len(items))
+    reqs = []
+    t = 0.0
+    sys_len = spec.system_prompt_length
+    for i, (g, q) in enumerate(items):
+        t += float(gaps[i])
+        prefix = stream_keys(hash((seed, SYSTEM, g)), sys_len - sys_len % page_size, page_size, "drop")
+        # The question starts a new stream after the (page-aligned) shared system prompt.
+        qstream = hash((seed, QUESTION, g, q))
+        q_tokens = sys_len % page_size + spec.question_length
+        keys = prefix + stream_keys(qstream, q_tokens, page_size, partial)
+        reqs.append(Request(f"g{g}q{q}", t, sys_len + spec.question_length, spec.output_length, keys))
+    return Workload(reqs)
+
+
+def long_context(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
+    """Document QA: each query = a long document + a question (bench_long_context)."""
+    rng = _rng(seed, "arrivals")
+    items = [(d, q) for d in range(spec.num_documents) for q in range(spec.queries_per_document)]
+    if spec.order == "round_robin":
+        items.sort(key=lambda x: (x[1], x[0]))
+    gaps = rng.exponential(1.0 / spec.request_rate, size=len(items))
+    reqs = []
+    t = 0.0
+    ctx = spec.context_length - spec.context_length % page_size
+    for i, (d, q) in enumerate(items):
+        t += float(gaps[i])
+        doc = stream_keys(hash((seed, DOC, d)), ctx, page_size, "drop")
+        qs = hash((seed, QUERY, d, q))
+        keys = doc + stream_keys(qs, spec.context_length - ctx + spec.question_length, page_size, partial)
+        reqs.append(Request(f"d{d}q{q}", t, spec.context_length + spec.question_length, spec.output_length, keys))
+    return Workload(reqs)
+
+
+def poisson_synthetic(spec, page_size: int, seed: int, partial: str = "keep",
+                      arrivals_lengths: list[tuple[float, int, int]] | None = None) -> Workload:
+    """Poisson arrivals; each prompt starts with one of ``num_prefixes`` shared prefixes covering
+    ``shared_fraction`` of it. With ``arrivals_lengths`` (Azure rows) times and lengths come from it."""
+    rng = _rng(seed, "arrivals")
+    pick = _rng(seed, "prefix")
+    if arrivals_lengths is None:
+        n = spec.num_requests
+        times = np.cumsum(rng.exponential(1.0 / spec.request_rate, size=n))
+        rows = [(float(times[i]), spec.input_length, spec.output_length) for i in range(n)]
+    else:
+        rows = arrivals_lengths[: spec.num_requests]
+    reqs = []
+    for i, (t, inp, out) in enumerate(rows):
+        shared = int(inp * spec.shared_fraction) // page_size * page_size
+        pfx = int(pick.integers(spec.num_prefixes))
+        keys = stream_keys(hash((seed, PREFIX, pfx)), shared, page_size, "drop")
+        own = hash((seed, OWN, i))
+        keys = keys + stream_keys(own, inp - shared, page_size, partial)
+        reqs.append(Request(f"p{i}", float(t), int(inp), int(out), keys))
+    return Workload(reqs)
