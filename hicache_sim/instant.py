@@ -27,6 +27,7 @@ class InstantResult:
     host_hit: list[int] = field(default_factory=list)
     storage_hit: list[int] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    transfers: list[dict] = field(default_factory=list)
 
     def page_hit_rate(self, start: int = 0) -> dict[str, float]:
         """Page-weighted hit rates per tier over requests ``start:`` (fractions of prompt pages)."""
@@ -39,19 +40,31 @@ class InstantResult:
 
 def run_instant(config: CacheConfig, requests: Iterable[Request], *, chunk_pages: int | None = None,
                 reserve_last_token: bool = True, check_invariants: bool = False,
-                on_request: Callable[[int], None] | None = None) -> InstantResult:
+                record_transfers: bool = False,
+                on_request: Callable[[int, HiCache], None] | None = None) -> InstantResult:
     """Replay ``requests`` through one HiCache with transfers completed immediately.
 
     ``chunk_pages``: chunked-prefill size in pages (None: whole prompt in one chunk); chunks start
     after the cached prefix, as SGLang's chunked prefill does. ``reserve_last_token``: match at most
-    input - 1 tokens. ``check_invariants`` runs ``check`` after every request.
+    input - 1 tokens. ``check_invariants`` runs ``check`` after every request. ``record_transfers``
+    keeps every transfer's record (the transfer log the replay harness executes), each stamped with
+    the index of the request that caused it in ``issued_at``.
     """
     cache = HiCache(config)
     res = InstantResult(cache)
     page_size = config.page_size
     storage = cache.storage is not None
+    def collect(i: int) -> None:
+        taken = cache.take_transfers()
+        if record_transfers:
+            for t in taken:
+                rec = t.record()
+                rec["issued_at"] = float(i)
+                res.transfers.append(rec)
+
     for i, req in enumerate(requests):
         cache.drain()
+        collect(i)
         if cache.buffer_only:
             cache.flush_pending_writes()
             cache.drain()
@@ -75,11 +88,13 @@ def run_instant(config: CacheConfig, requests: Iterable[Request], *, chunk_pages
         res.device_hit.append(st.device_hit)
         res.host_hit.append(st.host_hit)
         res.storage_hit.append(st.storage_hit)
+        collect(i)
         if check_invariants:
             check(cache)
         if on_request is not None:
-            on_request(i)
+            on_request(i, cache)
     cache.drain()
+    collect(len(res.rids))
     if check_invariants:
         check(cache)
     return res

@@ -5,11 +5,10 @@ to keep the rule's invariant.
   write_through with a host smaller than the device, the host fills with D+H mirrors that nothing
   can reclaim, host allocations fail and L2/L3 starve.
 - ``reclaim_mirrors``: any host leaf (no child with a host copy) that is unlocked and unpinned is a
-  candidate, D+H mirrors included and taken first (they are redundant while the GPU holds the page),
-  the mirror of the most recently used device page first; reclaiming a mirror leaves the node
-  D-only. Reclaiming only host leaves keeps the host set prefix-closed, which write_through relies
-  on. (Plain LRU over both kinds keeps the host full of mirrors of the newest device pages: no failed
-  allocations, but no L2 hits either; measured on the Mooncake conversation trace.)
+  candidate, D+H mirrors included; reclaiming a mirror leaves the node D-only. Reclaiming only host
+  leaves keeps the host set prefix-closed, which write_through relies on. Order: see ``key``. (Plain
+  LRU over both kinds, as #16909 proposed, keeps the host full of mirrors of the newest device
+  pages: no failed allocations, but no L2 hits either; measured on the Mooncake conversation trace.)
 - ``boundary`` (upstream proof of concept, #29049): D+H "duplicate" leaves go first, then H-only
   leaves; the invariant is only that an H-only node's parent has a host copy (or is the root), so a
   device victim without host copy is demoted (written to host) and a D+H victim first makes sure its
@@ -79,13 +78,17 @@ class ReclaimMirrors(HostEvictionRule):
                 and node.n_host_children == 0 and node.pending_write is None)
 
     def key(self, cache: HiCache, node: Node) -> Any:
-        # A mirror is redundant while the GPU holds the page; an H-only copy is the only one left.
-        # Among mirrors, the one whose device copy the strategy would evict *last* goes first: the
-        # host then keeps copies of the pages about to leave the GPU, which become H-only hits.
+        # Among mirrors, the one whose device copy the strategy would evict *last* goes first: the host
+        # then keeps copies of the pages about to leave the GPU, which become H-only hits. Whether
+        # mirrors go before H-only copies depends on capacity: a host no larger than the device
+        # cannot mirror every device page, and a mirror of a hot page then crowds out unique content;
+        # a larger host can, and its coldest H-only copy is then worth less than any mirror (without
+        # demotion a reclaimed mirror's page is lost when it leaves the GPU).
         k = cache.strategy.key(node)
+        mirrors_first = cache.config.host_pages <= cache.config.device_pages
         if node.value is not None:
-            return (0, tuple(-x for x in k) if isinstance(k, tuple) else -k)
-        return (1, k)
+            return (0 if mirrors_first else 1, tuple(-x for x in k) if isinstance(k, tuple) else -k)
+        return (1 if mirrors_first else 0, k)
 
 
 @HOST_EVICTION_RULES.register("boundary")

@@ -1,0 +1,30 @@
+"""``hicache-sim validate``: schema and sizing check only, nothing is simulated or written."""
+
+from __future__ import annotations
+
+import typer
+
+from ..scenario import load_scenario, resolve
+from . import app
+from .common import user_errors
+
+
+@app.command()
+def validate(
+    scenario: str = typer.Argument(..., help="scenario YAML or builtin:NAME"),
+    set_: list[str] = typer.Option([], "--set", help="override a key (repeatable)"),
+) -> None:
+    """Check SCENARIO against the schema and resolve its sizes; print them."""
+    with user_errors(scenario):
+        sc = load_scenario(scenario, set_)
+        r = resolve(sc)
+    c = r.cache
+    typer.echo(f"{scenario}: ok ({sc.name}, mode {sc.mode})")
+    typer.echo(f"  model {r.model.name}: {r.bytes_per_token} B/token/rank, page {c.page_size} tokens "
+               f"({r.page_bytes / 2**20:.2f} MiB)")
+    typer.echo(f"  device {r.device_tokens} tokens ({c.device_pages} pages), host {r.host_tokens} tokens "
+               f"({c.host_pages} pages, ratio {r.host_tokens / r.device_tokens:.3g})")
+    typer.echo(f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
+               f"storage {'on' if c.storage else 'off'}")
+    for w in r.warnings:
+        typer.echo(f"warning: {w}", err=True)

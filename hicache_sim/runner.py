@@ -1,0 +1,163 @@
+"""Run one scenario end to end: resolve, build the workload, simulate (instant or timed), and write
+the result folder atomically (a temporary folder renamed into place: never half-written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from . import __version__
+from .instant import run_instant
+from .scenario import Resolved, Scenario, resolve, scenario_dump
+from .summary import build_summary
+from .workloads.build import build_workload
+from .workloads.synthetic import Workload
+
+
+@dataclass
+class RunOutput:
+    """Everything a run produced, in memory."""
+
+    resolved: Resolved
+    summary: dict
+    requests: pd.DataFrame
+    timeseries: pd.DataFrame
+    transfers: pd.DataFrame | None
+
+
+def _sizes(r: Resolved) -> dict:
+    return {
+        "page_size": r.cache.page_size,
+        "bytes_per_token": r.bytes_per_token,
+        "device_tokens": r.device_tokens,
+        "host_tokens": r.host_tokens,
+        "device_pages": r.cache.device_pages,
+        "host_pages": r.cache.host_pages,
+        "host_to_device_ratio": r.host_tokens / r.device_tokens,
+        "storage_pages": r.cache.storage_capacity_pages,
+        "warnings": list(r.warnings),
+    }
+
+
+def _token_hits(req, page_size: int, d: int, h: int, s: int) -> tuple[int, int, int]:
+    """Tokens of the device, host and storage hit pages (the hit pages form a prefix in that order)."""
+    td = req.page_tokens(page_size, d)
+    th = req.page_tokens(page_size, d + h) - td
+    ts = req.page_tokens(page_size, d + h + s) - td - th
+    return td, th, ts
+
+
+def run_instant_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
+                         progress: Callable[[int], None] | None, record_transfers: bool) -> RunOutput:
+    sc = r.scenario
+    reqs = wl.requests
+    page = r.cache.page_size
+    chunk = sc.scheduler.chunked_prefill_size
+    chunk_pages = max(1, chunk // page) if chunk else None
+    every = max(1, len(reqs) // 200)
+    series: list[dict] = []
+
+    def sample(i: int, cache) -> None:
+        if progress is not None:
+            progress(i)
+        if i % every == 0 or i == len(reqs) - 1:
+            res = cache.residency()
+            series.append({"request": i, "t_s": reqs[i].arrival_s, **res,
+                           "device_used_pages": cache.device.used(), "host_used_pages": cache.host.used()})
+
+    out = run_instant(r.cache, reqs, chunk_pages=chunk_pages, reserve_last_token=sc.scheduler.reserve_last_token,
+                      check_invariants=check_invariants, record_transfers=record_transfers, on_request=sample)
+    rejected = set(out.rejected)
+    rows = []
+    for i, req in enumerate(reqs):
+        d, h, s = out.device_hit[i], out.host_hit[i], out.storage_hit[i]
+        td, th, ts = _token_hits(req, page, d, h, s)
+        rows.append({"rid": req.rid, "arrival_s": req.arrival_s, "input_tokens": req.input_tokens,
+                     "output_tokens": req.output_tokens, "prompt_tokens": req.input_tokens,
+                     "prompt_pages": out.prompt_pages[i], "device_hit_pages": d, "host_hit_pages": h,
+                     "storage_hit_pages": s, "device_hit_tokens": td, "host_hit_tokens": th,
+                     "storage_hit_tokens": ts,
+                     "status": "rejected" if req.rid in rejected else "finished",
+                     "reason": "device pool too small for the prompt" if req.rid in rejected else ""})
+    df = pd.DataFrame(rows)
+    summary = build_summary(df, warmup_fraction=sc.metrics.warmup_fraction, counters=out.cache.counters.as_dict(),
+                            residency=out.cache.residency(), sizes=_sizes(r), mode="instant")
+    transfers = pd.DataFrame(out.transfers) if record_transfers else None
+    return RunOutput(r, summary, df, pd.DataFrame(series), transfers)
+
+
+def run_timed_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
+                       progress: Callable[[int], None] | None, record_transfers: bool) -> RunOutput:
+    from .sim.world import run_timed
+
+    sc = r.scenario
+    res = run_timed(r, wl, check_invariants=check_invariants, progress=progress)
+    df = pd.DataFrame(res.requests)
+    if "prompt_tokens" not in df:
+        df["prompt_tokens"] = df["input_tokens"]
+    summary = build_summary(df, warmup_fraction=sc.metrics.warmup_fraction, counters=res.counters,
+                            residency=res.cache.residency(), sizes=_sizes(r), mode="timed",
+                            timed={"sim_time_s": res.sim_time_s, "links": res.links})
+    transfers = pd.DataFrame(res.transfers) if record_transfers else None
+    return RunOutput(r, summary, df, pd.DataFrame(res.timeseries), transfers)
+
+
+def simulate(sc: Scenario, *, base_dir: str | Path | None = None, check_invariants: bool = False,
+             progress: Callable[[int], None] | None = None, record_transfers: bool | None = None) -> RunOutput:
+    """Resolve and run a scenario in memory."""
+    r = resolve(sc, strict=check_invariants)
+    wl = build_workload(sc, r.cache.page_size, base_dir)
+    record = sc.metrics.transfer_log if record_transfers is None else record_transfers
+    runner = run_timed_scenario if sc.mode == "timed" else run_instant_scenario
+    return runner(r, wl, check_invariants=check_invariants, progress=progress, record_transfers=record)
+
+
+def versions() -> dict:
+    import numpy
+    import pydantic
+    import simpy
+
+    return {"hicache_sim": __version__, "python": ".".join(map(str, __import__("sys").version_info[:3])),
+            "numpy": numpy.__version__, "pandas": pd.__version__, "simpy": simpy.__version__,
+            "pydantic": pydantic.__version__}
+
+
+def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) -> Path:
+    """Write the result folder atomically: build it beside ``out_dir``, then swap it in."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2) + "\n", encoding="utf-8")
+        out.requests.to_parquet(tmp / "requests.parquet", index=False)
+        out.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
+        if out.transfers is not None:
+            out.transfers.to_parquet(tmp / "transfers.parquet", index=False)
+        resolved = {"scenario": scenario_dump(out.resolved.scenario), "versions": versions(),
+                    "resolved_sizes": out.summary["sizes"]}
+        (tmp / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+        if figures:
+            from .plots import run_figures
+
+            run_figures(out, tmp)
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir

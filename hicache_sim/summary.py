@@ -1,0 +1,81 @@
+"""summary.json: hit rates per tier (token- and page-weighted over a stated window), latency
+percentiles, throughput, link load and every counter. Metrics follow SGLang's definitions where one
+exists: hit rate = cached prompt tokens / prompt tokens, as bench_multiturn prints it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+TIERS = ("device", "host", "storage")
+
+
+def window_of(n_requests: int, warmup_fraction: float) -> dict:
+    """The measured window: requests after the warm-up share, in arrival order."""
+    first = math.floor(n_requests * warmup_fraction)
+    return {"warmup_fraction": warmup_fraction, "first_request": first, "requests_measured": n_requests - first,
+            "description": f"requests {first}..{n_requests - 1} in arrival order "
+                           f"(first {warmup_fraction:.0%} excluded as warm-up)"}
+
+
+def _rates(df: pd.DataFrame, unit: str) -> dict:
+    total = float(df[f"prompt_{unit}"].sum())
+    out = {}
+    for tier in TIERS:
+        out[tier] = float(df[f"{tier}_hit_{unit}"].sum()) / total if total else 0.0
+    out["total"] = sum(out[t] for t in TIERS)
+    return out
+
+
+def _percentiles(values: Sequence[float]) -> dict:
+    a = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if a.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99))}
+
+
+def build_summary(requests: pd.DataFrame, *, warmup_fraction: float, counters: dict, residency: dict,
+                  sizes: dict, mode: str, timed: dict | None = None) -> dict:
+    """The summary dict. ``requests`` has one row per request in arrival order (see runner)."""
+    win = window_of(len(requests), warmup_fraction)
+    measured = requests.iloc[win["first_request"]:]
+    finished = measured[measured["status"] == "finished"] if "status" in measured else measured
+    summary = {
+        "mode": mode,
+        "requests": len(requests),
+        "requests_finished": int((requests["status"] == "finished").sum()),
+        "requests_rejected": int((requests["status"] == "rejected").sum()),
+        "prompt_tokens": int(measured["prompt_tokens"].sum()),
+        "prompt_pages": int(measured["prompt_pages"].sum()),
+        "window": win,
+        "hit_rate": _rates(finished, "tokens"),
+        "page_hit_rate": _rates(finished, "pages"),
+        "counters": counters,
+        "residency": residency,
+        "sizes": sizes,
+    }
+    if timed is not None:
+        summary["ttft_s"] = _percentiles(finished["ttft_s"].tolist())
+        summary["e2e_s"] = _percentiles(finished["e2e_s"].tolist())
+        for key in ("queue_s", "load_wait_s", "prefetch_wait_s"):
+            if key in finished:
+                summary[key] = _percentiles(finished[key].tolist())
+        span = timed["sim_time_s"]
+        if len(finished):
+            start = float(finished["arrival_s"].min())
+            end = float(finished["finish_s"].max())
+            span_m = max(end - start, 1e-9)
+        else:
+            span_m = 1.0
+        summary["throughput"] = {
+            "requests_per_s": len(finished) / span_m,
+            "input_tokens_per_s": float(finished["prompt_tokens"].sum()) / span_m,
+            "output_tokens_per_s": float(finished["output_tokens"].sum()) / span_m,
+        }
+        summary["sim_time_s"] = span
+        summary["links"] = timed["links"]
+    return summary
