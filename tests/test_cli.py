@@ -1,0 +1,248 @@
+"""The CLI as a user meets it: run / validate / sweep / plot, and every bad-input case giving one line,
+exit code 2, no traceback and nothing half-written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hicache_sim.cli import app
+
+runner = CliRunner()
+
+TINY = {
+    "name": "tiny",
+    "seed": 3,
+    "mode": "instant",
+    "model": "llama-3.1-8b",
+    "cache": {"page_size": 512, "device_tokens": 512 * 300, "host_ratio": 0.5, "host_alignment": "exact"},
+    "scheduler": {"chunked_prefill_size": None},
+    "workload": {"kind": "trace", "trace": {"path": "builtin:mooncake/conversation_trace.jsonl", "limit": 400}},
+    "metrics": {"warmup_fraction": 0.1},
+}
+
+
+def write_yaml(path: Path, data) -> Path:
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    err_lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(err_lines) == 1, result.output
+    for frag in fragments:
+        assert frag in err_lines[0], err_lines[0]
+
+
+def test_run_writes_every_output(tmp_path):
+    sc = write_yaml(tmp_path / "tiny.yaml", TINY)
+    out = tmp_path / "out"
+    r = invoke("run", sc, "--out", out, "--check-invariants")
+    assert r.exit_code == 0, r.output
+    for name in ("summary.json", "requests.parquet", "timeseries.parquet", "scenario.yaml", "residency.png",
+                 "hit_rate.png"):
+        assert (out / name).is_file(), name
+    s = json.loads((out / "summary.json").read_text())
+    assert s["requests"] == 400
+    assert set(s["hit_rate"]) == {"device", "host", "storage", "total"}
+    assert set(s["page_hit_rate"]) == {"device", "host", "storage", "total"}
+    assert s["window"]["first_request"] == 40 and s["window"]["requests_measured"] == 360
+    assert {"device_pages", "host_pages", "mirror_pages"} <= set(s["residency"])
+    assert {"failed_host_allocations", "backup_failures", "prefetch_issued"} <= set(s["counters"])
+    req = pd.read_parquet(out / "requests.parquet")
+    assert len(req) == 400
+    # Token hit rate recomputed from the per-request table over the stated window.
+    w = req.iloc[40:]
+    assert s["hit_rate"]["device"] == pytest.approx(w["device_hit_tokens"].sum() / w["prompt_tokens"].sum())
+    assert s["prompt_tokens"] == int(w["prompt_tokens"].sum())
+    resolved = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert resolved["scenario"]["cache"]["host_ratio"] == 0.5 and "versions" in resolved
+
+
+def test_run_is_deterministic_byte_for_byte(tmp_path):
+    sc = write_yaml(tmp_path / "tiny.yaml", TINY)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert invoke("run", sc, "--out", a, "--no-figures").exit_code == 0
+    assert invoke("run", sc, "--out", b, "--no-figures").exit_code == 0
+    assert (a / "summary.json").read_bytes() == (b / "summary.json").read_bytes()
+
+
+def test_set_overrides_any_key(tmp_path):
+    sc = write_yaml(tmp_path / "tiny.yaml", TINY)
+    out = tmp_path / "o"
+    r = invoke("run", sc, "--out", out, "--no-figures", "--set", "cache.host_ratio=2",
+               "--set", "cache.host_eviction=boundary")
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((out / "scenario.yaml").read_text())["scenario"]
+    assert resolved["cache"]["host_ratio"] == 2 and resolved["cache"]["host_eviction"] == "boundary"
+
+
+def test_validate_prints_sizes(tmp_path):
+    sc = write_yaml(tmp_path / "tiny.yaml", TINY)
+    r = invoke("validate", sc)
+    assert r.exit_code == 0, r.output
+    assert "300 pages" in r.output and "150 pages" in r.output
+
+
+def test_every_shipped_scenario_validates():
+    root = Path(__file__).resolve().parent.parent / "scenarios"
+    files = sorted(root.glob("*.yaml"))
+    assert len(files) >= 6
+    for f in files:
+        r = invoke("validate", f)
+        assert r.exit_code == 0, (f, r.output)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        ("name: x\ncache: [1, 2\n", ["bad.yaml:", "YAML syntax error"]),
+        ({**TINY, "bogus": 1}, ["bad.yaml", "bogus", "unknown key"]),
+        ({**TINY, "cache": {**TINY["cache"], "page_sise": 64}}, ["cache.page_sise", "unknown key"]),
+        ({**TINY, "cache": {**TINY["cache"], "page_size": "big"}}, ["cache.page_size", "integer"]),
+        ({**TINY, "cache": {**TINY["cache"], "host_ratio": -1}}, ["cache.host_ratio", "greater than or equal to 0"]),
+        ({**TINY, "cache": {**TINY["cache"], "device_tokens": -512}}, ["cache.device_tokens", "greater than 0"]),
+        ({**TINY, "cache": {**TINY["cache"], "write_policy": "write_sometimes"}},
+         ["cache.write_policy", "write_through"]),
+        ({**TINY, "model": "gpt-9"}, ["model.preset", "llama-3.1-8b"]),
+        ({**TINY, "cache": {**TINY["cache"], "host_memory_mode": "buffer_only"}},
+         ["host_memory_mode", "storage"]),
+    ],
+)
+def test_bad_scenario_is_one_line_exit_2(tmp_path, content, fragments):
+    sc = write_yaml(tmp_path / "bad.yaml", content)
+    out = tmp_path / "out"
+    r = invoke("run", sc, "--out", out)
+    assert_user_error(r, *fragments)
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_missing_scenario_file(tmp_path):
+    assert_user_error(invoke("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+
+
+def test_missing_trace_names_the_file(tmp_path):
+    data = {**TINY, "workload": {"kind": "trace", "trace": {"path": str(tmp_path / "missing.jsonl")}}}
+    sc = write_yaml(tmp_path / "s.yaml", data)
+    out = tmp_path / "out"
+    assert_user_error(invoke("run", sc, "--out", out), "missing.jsonl", "not found")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "fragments"),
+    [
+        ('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n{not json}\n',
+         [":2:", "not valid JSON"]),
+        ('{"timestamp": 0, "input_length": 600, "output_length": 5}\n', [":1:", "hash_ids"]),
+        ('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1]}\n',
+         [":1:", "expected ceil(600/512) = 2"]),
+        ('{"timestamp": -4, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
+         [":1:", "timestamp"]),
+    ],
+)
+def test_malformed_trace_line_is_cited(tmp_path, line, fragments):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(line)
+    data = {**TINY, "workload": {"kind": "trace", "trace": {"path": str(trace)}}}
+    sc = write_yaml(tmp_path / "s.yaml", data)
+    out = tmp_path / "out"
+    assert_user_error(invoke("run", sc, "--out", out), "t.jsonl", *fragments)
+    assert not out.exists()
+
+
+def test_page_larger_than_block_is_refused(tmp_path):
+    sc = write_yaml(tmp_path / "s.yaml", {**TINY, "cache": {**TINY["cache"], "page_size": 1024}})
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "o"), "page_size 1024", "512-token blocks")
+
+
+def test_bad_set_flag(tmp_path):
+    sc = write_yaml(tmp_path / "s.yaml", TINY)
+    assert_user_error(invoke("run", sc, "--set", "cache.host_ratio"), "--set", "dotted.key=value")
+    assert_user_error(invoke("run", sc, "--set", "cache.host_ratio=lots"), "cache.host_ratio")
+
+
+def test_rerun_replaces_folder_atomically(tmp_path):
+    sc = write_yaml(tmp_path / "s.yaml", TINY)
+    out = tmp_path / "out"
+    assert invoke("run", sc, "--out", out, "--no-figures").exit_code == 0
+    (out / "stale.txt").write_text("old")
+    assert invoke("run", sc, "--out", out, "--no-figures").exit_code == 0
+    assert not (out / "stale.txt").exists() and (out / "summary.json").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+SWEEP = {**TINY, "sweep": {"cache.host_eviction": ["evicted_only", "boundary"], "cache.host_ratio": [0.5, 2.0]}}
+
+
+def test_sweep_runs_grid_resumes_and_plots(tmp_path):
+    sc = write_yaml(tmp_path / "sw.yaml", SWEEP)
+    out = tmp_path / "sw"
+    r = invoke("sweep", sc, "--out", out, "--workers", "2")
+    assert r.exit_code == 0, r.output
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert len(table) == 4
+    assert set(table["cache.host_ratio"]) == {0.5, 2.0}
+    assert (out / "hit_rate_vs_ratio.png").is_file()
+    # Each point equals a plain run with the same overrides.
+    one = table[(table["cache.host_eviction"] == "boundary") & (table["cache.host_ratio"] == 0.5)].iloc[0]
+    single = tmp_path / "single"
+    assert invoke("run", sc, "--out", single, "--no-figures", "--set", "cache.host_eviction=boundary",
+                  "--set", "cache.host_ratio=0.5").exit_code == 0
+    s = json.loads((single / "summary.json").read_text())
+    assert one["hit_rate.total"] == pytest.approx(s["hit_rate"]["total"])
+    # Resume: delete one point, rerun: only that point runs again.
+    victim = sorted((out / "points").glob("*.json"))[0]
+    victim.unlink()
+    r = invoke("sweep", sc, "--out", out, "--workers", "1")
+    assert r.exit_code == 0, r.output
+    assert "(1 run, 3 already done)" in r.output
+    assert len(pd.read_parquet(out / "sweep.parquet")) == 4
+
+
+def test_sweep_bad_grid_value_fails_before_running(tmp_path):
+    bad = {**TINY, "sweep": {"cache.host_ratio": [0.5, -1]}}
+    sc = write_yaml(tmp_path / "sw.yaml", bad)
+    out = tmp_path / "sw"
+    assert_user_error(invoke("sweep", sc, "--out", out), "cache.host_ratio")
+    assert not (out / "sweep.parquet").exists()
+    assert not list((out / "points").glob("*.json")) if (out / "points").exists() else True
+
+
+def test_sweep_on_a_local_dask_cluster(tmp_path):
+    distributed = pytest.importorskip("dask.distributed")
+    sc = write_yaml(tmp_path / "sw.yaml", SWEEP)
+    out = tmp_path / "sw"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        r = invoke("sweep", sc, "--out", out, "--dask-scheduler", cl.scheduler_address)
+    assert r.exit_code == 0, r.output
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert len(table) == 4
+    local = tmp_path / "local"
+    assert invoke("sweep", sc, "--out", local, "--workers", "1").exit_code == 0
+    t2 = pd.read_parquet(local / "sweep.parquet")
+    cols = ["point", "hit_rate.device", "hit_rate.host", "hit_rate.total"]
+    pd.testing.assert_frame_equal(table[cols].sort_values("point").reset_index(drop=True),
+                                  t2[cols].sort_values("point").reset_index(drop=True))
+
+
+def test_plot_redraws_run_and_sweep(tmp_path):
+    sc = write_yaml(tmp_path / "s.yaml", TINY)
+    out = tmp_path / "o"
+    assert invoke("run", sc, "--out", out, "--no-figures").exit_code == 0
+    r = invoke("plot", out)
+    assert r.exit_code == 0, r.output
+    assert (out / "residency.png").stat().st_size > 1000
+    assert_user_error(invoke("plot", tmp_path), "expected a run folder")
