@@ -3,6 +3,7 @@ synthetic generators' prefix structure and determinism."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def test_vendored_traces_match_their_source_notes():
     syn = load_mooncake(vendored_trace("mooncake/synthetic_trace.jsonl"), 512)
     assert len(conv) == 12031 and sum(len(r.page_keys) for r in conv) == 288500
     assert len(syn) == 3993 and sum(len(r.page_keys) for r in syn) == 121877
-    assert all(a.arrival_s <= b.arrival_s for a, b in zip(conv, conv[1:]))
+    assert all(a.arrival_s <= b.arrival_s for a, b in itertools.pairwise(conv))
     assert (vendored_trace("mooncake/SOURCE.md")).is_file() and (vendored_trace("azure/SOURCE.md")).is_file()
     code = load_azure(vendored_trace("azure/AzureLLMInferenceTrace_code.csv"))
     assert len(code) == 8819 and code[0][0] == 0.0

@@ -7,6 +7,8 @@ pages needed leave (page-level LRU).
 
 from __future__ import annotations
 
+import heapq
+
 from .state import CacheState
 from .tree import Node
 
@@ -24,6 +26,7 @@ class EvictionMixin(CacheState):
         self.counters.device_evict_calls += 1
         evicted = 0
         staged: list[tuple[Node, list[int]]] = []
+        refused: list[Node] = []
         page_level = self.config.eviction_granularity == "page"
         while evicted < num_pages:
             x = self._pop_device_candidate()
@@ -31,8 +34,17 @@ class EvictionMixin(CacheState):
                 break
             if page_level and len(x.key) > num_pages - evicted:
                 x = self._split_tail(x, num_pages - evicted)
-            evicted += self._evict_device_node(x, staged)
+            freed = self._evict_device_node(x, staged)
+            if not freed:
+                refused.append(x)
+            evicted += freed
         self._flush_write_back(staged)
+        # A refused victim (its subtree holds a pinned host copy) stays a candidate: give it its heap
+        # entry back so a later call can retry it, as upstream rebuilds its heap on every call.
+        for x in refused:
+            k = self._dev_cands.get(x)
+            if k is not None:
+                heapq.heappush(self._dev_heap, (k, x.id, self._tick_push(), x))
         self.counters.device_evicted_pages += evicted
         self._compact_heaps()
         return evicted
