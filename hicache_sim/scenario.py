@@ -427,7 +427,7 @@ def _link_params(sc: Scenario, gpu: GPUPreset) -> dict[str, LinkParams]:
     if sc.hardware.calibration:
         from .calibration_file import load_calibration
 
-        cal = load_calibration(sc.hardware.calibration)
+        cal = load_calibration(resolve_builtin(sc.hardware.calibration, "calibration"))
         for direction in ("h2d", "d2h"):
             params = cal.get(direction, io, sc.cache.mem_layout)
             if params is not None:
@@ -524,11 +524,11 @@ PACKAGE_DATA = Path(__file__).resolve().parent / "data"
 
 
 def resolve_builtin(path: str | Path, kind: str) -> Path:
-    """``builtin:NAME`` -> the packaged file under data/<kind>/ (scenarios or traces)."""
+    """``builtin:NAME`` -> the packaged file under data/<kind>/ (scenarios, traces or calibration)."""
     s = str(path)
     if s.startswith("builtin:"):
         name = s[len("builtin:"):]
-        if kind == "scenarios" and not name.endswith(".yaml"):
+        if kind in ("scenarios", "calibration") and not name.endswith(".yaml"):
             name += ".yaml"
         return PACKAGE_DATA / kind / name
     return Path(s)
