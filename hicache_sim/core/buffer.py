@@ -63,9 +63,12 @@ class BufferMixin(CacheState):
     def buffer_backup_intent(self, node: Node) -> int:
         """Queue ``node`` for a storage write (mutates). Returns 0: no host copy is kept."""
         n = len(node.key)
-        if node.hashes and node.hashes[-1] in self.storage:
-            return 0  # already durable
-        if not self._covered(node.parent) or self.buffer_backlog_pages + n > self.write_backlog_cap_pages:
+        if node in self._buffer_inflight or (node.hashes and node.hashes[-1] in self.storage):
+            return 0  # one intent per node: already queued or being written, or already durable
+        # Oversize (can never be staged: it would block the FIFO head forever), parent not covered, or
+        # backlog full: dropped.
+        if (n > self.host.size or not self._covered(node.parent)
+                or self.buffer_backlog_pages + n > self.write_backlog_cap_pages):
             self.counters.buffer_intents_dropped += 1
             return 0
         self.buffer_queue.append(BufferIntent(node, n))

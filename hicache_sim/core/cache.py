@@ -98,13 +98,14 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             child = node.children.get(keys[pos])
             if child is None:
                 break
-            self._touch(child)
             if priority > child.priority:
                 child.priority = priority
                 self._refresh(child)
             plen = match_len(child.key, keys, pos)
             if plen < len(child.key):
                 child = self._split(child, plen)
+            # Touch after the split: the lower half was not referenced and keeps its age.
+            self._touch(child)
             if child.value is None:
                 self._set_value(child, pages[pos:pos + plen])
                 self.counters.reattached_pages += plen

@@ -214,7 +214,10 @@ class PrefetchMixin(CacheState):
 
     def terminate_prefetch(self, op: PrefetchOp) -> int:
         """Stop the prefetch and keep what arrived: H-only nodes under the anchor, or (buffer_only) a
-        staged prefetch for the request. Returns pages kept that were new to the cache (mutates)."""
+        staged prefetch for the request. Returns pages kept that were new to the cache (mutates).
+        Idempotent: terminating an op that already ended (terminated, revoked) does nothing."""
+        if op.terminated:
+            return 0
         m = op.completed_pages
         self._end_prefetch(op)
         if m < (op.hit_pages or 0):

@@ -1,0 +1,58 @@
+"""Shared fixtures and small helpers for the tests (import helpers with ``from conftest import ...``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hicache_sim.core import CacheConfig, HiCache, check
+from hicache_sim.workloads.traces import load_mooncake, vendored_trace
+
+
+def new_cache(page_size: int = 4, device_pages: int = 16, host_pages: int = 0, **kw) -> HiCache:
+    """A strict HiCache (double frees raise) with small defaults; keyword arguments go to CacheConfig."""
+    return HiCache(CacheConfig(page_size, device_pages, host_pages, strict=True, **kw))
+
+
+def put(cache: HiCache, keys: list[int], *, chunked: bool = False, priority: int = 0) -> int:
+    """Insert ``keys`` as a finished request would: reuse the device prefix, allocate the rest (evicting
+    when short), insert, free the duplicates. Returns insert's prefix (pages already on device)."""
+    m = cache.match_prefix(keys)
+    have = len(m.device_pages)
+    cache.inc_lock_ref(m.last_device_node)
+    new = cache.alloc_device(len(keys) - have)
+    cache.dec_lock_ref(m.last_device_node)
+    assert new is not None, f"no device room for {len(keys) - have} pages"
+    pages = list(m.device_pages) + new
+    prefix = cache.insert(keys, pages, chunked=chunked, priority=priority)
+    if prefix > have:
+        cache.device.free(pages[have:prefix])
+    return prefix
+
+
+def node_at(cache: HiCache, keys: list[int]):
+    """The node whose key ends exactly at ``keys`` (walks children without touching anything)."""
+    node, pos = cache.root, 0
+    while pos < len(keys):
+        node = node.children[keys[pos]]
+        assert keys[pos:pos + len(node.key)] == node.key, f"no node boundary at {keys}"
+        pos += len(node.key)
+    return node
+
+
+def settle(cache: HiCache, held=()) -> None:
+    """Complete every transfer in flight (and those they spawn), then check every invariant."""
+    cache.drain()
+    cache.take_transfers()
+    check(cache, held_device_pages=held)
+
+
+@pytest.fixture(scope="session")
+def synthetic_trace():
+    """Mooncake synthetic trace (3,993 requests) at page size 512: one block = one page."""
+    return load_mooncake(vendored_trace("mooncake/synthetic_trace.jsonl"), 512)
+
+
+@pytest.fixture(scope="session")
+def conversation_trace():
+    """Mooncake conversation trace (12,031 requests) at page size 512."""
+    return load_mooncake(vendored_trace("mooncake/conversation_trace.jsonl"), 512)

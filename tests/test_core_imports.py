@@ -1,0 +1,56 @@
+"""The core is pure Python: importable without simpy, torch or pandas, and never imports them."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import hicache_sim.core
+
+CORE = Path(hicache_sim.core.__file__).resolve().parent
+FORBIDDEN = {"simpy", "torch", "pandas", "numpy"}
+
+
+def test_core_imports_and_runs_with_simpy_torch_and_pandas_blocked():
+    code = (
+        "import sys\n"
+        "for m in ('simpy', 'torch', 'pandas', 'numpy'):\n"
+        "    sys.modules[m] = None  # any import of them raises ImportError\n"
+        "import hicache_sim.core as core\n"
+        "from hicache_sim.core import sizing, invariants\n"
+        "c = core.HiCache(core.CacheConfig(4, 8, 8, storage=True))\n"
+        "pages = c.device.alloc(3)\n"
+        "c.insert([1, 2, 3], pages)\n"
+        "c.drain()\n"
+        "core.check(c)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_core_modules_never_import_heavy_dependencies():
+    for path in sorted(CORE.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else []
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in FORBIDDEN, f"{path.name}:{node.lineno} imports {name}"
+                assert not name.startswith("hicache_sim.") or name.startswith("hicache_sim.core"), \
+                    f"{path.name}:{node.lineno} imports {name} from outside the core"
+
+
+def test_importing_the_core_loads_none_of_them():
+    code = ("import sys, hicache_sim.core\n"
+            "print(sorted(m for m in ('simpy', 'torch', 'pandas', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
