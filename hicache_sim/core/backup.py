@@ -47,8 +47,10 @@ class BackupMixin(CacheState):
         t = self._new_transfer(TransferKind.D2H, "write_back" if write_back else "write_through", n,
                                device_pages=list(node.value), host_pages=list(host_pages),
                                node_ids=[node.id], blocking=write_back)
-        node.pending_write = t.id
         if not write_back:
+            # Write-through: pinned until the D2H ack. A write-back copy blocks the scheduler, so it
+            # is complete when the evict call that made it returns: nothing stays pending.
+            node.pending_write = t.id
             self.inc_lock_ref(node)
             self.ongoing_write[t.id] = (node, n)
         self.counters.backups += 1

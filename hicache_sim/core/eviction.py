@@ -104,7 +104,6 @@ class EvictionMixin(CacheState):
         """The blocking wait for staged write-back copies: free their device pages, unpin the host."""
         for node, pages in staged:
             self.device.free(pages)
-            node.pending_write = None
             self.release_host(node)
         staged.clear()
 

@@ -107,4 +107,6 @@ class Boundary(ReclaimMirrors):
         parent = node.parent
         if parent is cache.root or parent.host_value is not None:
             return True
-        return cache.write_backup(parent, enforce_parent=False) > 0
+        # Demote the parent's copy as part of this eviction (a blocking copy, like write-back), so the
+        # parent is not left locked by a pending write-through and stays evictable in the same call.
+        return cache.write_backup(parent, write_back=True, enforce_parent=False) > 0
