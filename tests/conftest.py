@@ -56,3 +56,21 @@ def synthetic_trace():
 def conversation_trace():
     """Mooncake conversation trace (12,031 requests) at page size 512."""
     return load_mooncake(vendored_trace("mooncake/conversation_trace.jsonl"), 512)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked ``gpu`` when no CUDA device is present (torch missing counts as none)."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in gpu_items:
+        item.add_marker(skip)

@@ -1,0 +1,123 @@
+"""Microbenchmark sweep: the measurements ``hicache-sim calibrate`` fits the link model to.
+
+The link model has three identifiable costs (per operation, per contiguous piece, per byte), so the
+sweep varies what separates them: page counts 1..4,096 (log-spaced; bytes and pieces) and page sizes
+16/64/256 (piece size at a given byte count), for every host layout and io backend, D2H whole (as
+SGLang backs up) and H2D per layer (as SGLang loads back; ``h2d_granularities`` adds whole loads,
+whose per-operation cost differs on CPU, so mixing both in one group blurs the latency). Pages are
+random slots (a pool after churn is fragmented), the points run in a seeded random order (drift from
+other load on the machine spreads over all sizes instead of biasing one), every measurement starts
+from a flushed CPU cache, and each point is repeated.
+
+The default model is deliberately small (2 layers, 1 KV head of 32) so the full sweep runs on two CPU
+cores in about a minute; a scenario's real dimensions can be given instead (``KVShape``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+import torch
+
+from ..presets import IO_BACKENDS, MEM_LAYOUTS
+from .executor import Executor
+from .pools import KVShape, allocate_pools, cpu_threads, device_name
+
+DEFAULT_PAGE_COUNTS = tuple(2 ** i for i in range(13))  # 1, 2, 4, ..., 4096
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The grid. ``shape.page_size`` is replaced by each of ``page_sizes``."""
+
+    page_counts: tuple[int, ...] = DEFAULT_PAGE_COUNTS
+    page_sizes: tuple[int, ...] = (16, 64, 256)
+    layouts: tuple[str, ...] = MEM_LAYOUTS
+    io_backends: tuple[str, ...] = IO_BACKENDS
+    directions: tuple[str, ...] = ("d2h", "h2d")
+    h2d_granularities: tuple[str, ...] = ("per_layer",)  # as SGLang loads back (and the world models)
+    repeats: int = 3
+    warmup: int = 0  # unrecorded runs of each point first (caches are flushed before every run anyway)
+    shape: KVShape = field(default_factory=lambda: KVShape(num_layers=2, kv_factor=2, heads=1, head_dim=32,
+                                                           page_size=16))
+    seed: int = 0
+    max_pool_bytes: int | None = None
+    cpu_threads: int | None = 1  # torch threads on CPU (see pools.cpu_threads); None: torch's default
+
+    def limited(self, max_pages: int) -> SweepConfig:
+        """The same grid with page counts up to ``max_pages`` (a smaller, faster sweep)."""
+        counts = tuple(c for c in self.page_counts if c <= max_pages) or (1,)
+        return replace(self, page_counts=counts)
+
+    def operations(self) -> list[tuple[str, str]]:
+        """(direction, granularity) pairs measured per page count."""
+        ops = []
+        for d in self.directions:
+            grans = self.h2d_granularities if d == "h2d" else ("whole",)
+            ops.extend((d, g) for g in grans)
+        return ops
+
+    def size(self) -> int:
+        """Measurements the sweep records (before pool caps drop any page count)."""
+        per = len(self.page_counts) * len(self.operations()) * self.repeats
+        return per * len(self.page_sizes) * len(self.layouts) * len(self.io_backends)
+
+
+def run_sweep(cfg: SweepConfig, device: torch.device, *,
+              progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Run the grid on ``device``; one row per measurement (plus ``repeat`` and ``point``).
+
+    Page counts a capped pool cannot hold are skipped (``progress`` still advances for them).
+    """
+    with cpu_threads(cfg.cpu_threads if device.type == "cpu" else None):
+        return _run(cfg, device, progress)
+
+
+def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None] | None) -> pd.DataFrame:
+    rng = random.Random(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    rows: list[dict] = []
+    name = device_name(device)
+    for page_size in cfg.page_sizes:
+        shape = replace(cfg.shape, page_size=page_size)
+        for layout in cfg.layouts:
+            want = max(cfg.page_counts)
+            pools = allocate_pools(shape, layout, want, want, device, max_pool_bytes=cfg.max_pool_bytes)
+            for io in cfg.io_backends:
+                ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes)
+                counts = [c for c in cfg.page_counts if c <= min(pools.device_pages, pools.host_pages)]
+                skipped = (len(cfg.page_counts) - len(counts)) * len(cfg.operations()) * cfg.repeats
+                if counts:
+                    _warm_up(ex, max(counts))
+                points = [(op, c) for op in cfg.operations() for c in counts]
+                rng.shuffle(points)
+                for (direction, gran), count in points:
+                    dev = torch.randperm(pools.device_pages, generator=gen)[:count].tolist()
+                    host = torch.randperm(pools.host_pages, generator=gen)[:count].tolist()
+                    for rep in range(-cfg.warmup, cfg.repeats):
+                        ex.flush_caches()
+                        if direction == "d2h":
+                            t = ex.d2h(dev, host)
+                        else:
+                            t = ex.h2d(host, dev, per_layer=gran == "per_layer")
+                        if rep < 0:
+                            continue
+                        row = ex.row(direction, count, t, gran)
+                        row.update(repeat=rep, device_name=name)
+                        rows.append(row)
+                        if progress is not None:
+                            progress(1)
+                if progress is not None and skipped:
+                    progress(skipped)
+            del pools
+    return pd.DataFrame(rows)
+
+
+def _warm_up(ex: Executor, pages: int) -> None:
+    """One unrecorded transfer each way at the largest size: grows staging, warms caches and code."""
+    slots = list(range(pages))
+    ex.d2h(slots, slots)
+    ex.h2d(slots, slots, per_layer=False)

@@ -1,0 +1,139 @@
+"""``hicache-sim replay`` and ``validate-model`` on a tiny scenario, as a user meets them."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from hicache_sim.cli import app  # noqa: E402
+
+runner = CliRunner()
+
+TINY = {
+    "name": "tiny-replay", "seed": 1, "mode": "instant",
+    "model": {"num_layers": 2, "attention": "mha", "num_kv_heads": 1, "head_dim": 32, "params_b": 0.01},
+    "cache": {"page_size": 16, "device_tokens": 4096, "host_ratio": 4, "write_policy": "write_through"},
+    "scheduler": {"chunked_prefill_size": None},
+    "workload": {"kind": "multiturn", "multiturn": {"num_clients": 8, "num_rounds": 3, "request_length": 256,
+                                                    "output_length": 32}},
+}
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, result.output
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return path
+
+
+def test_replay_scenario(tmp_path, tiny):
+    out = tmp_path / "rep"
+    r = invoke("replay", tiny, "--device", "cpu", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "integrity passed" in r.output
+    m = pd.read_parquet(out / "measurements.parquet")
+    meta = json.loads((out / "replay.json").read_text())
+    assert len(m) == meta["transfers"] > 0 and set(m["direction"]) == {"d2h", "h2d"}
+    assert meta["integrity"]["passed"] and meta["layout"] == "page_first" and meta["device"] == "cpu"
+    assert meta["pools"]["host_shape"] == [2, meta["pools"]["host_pages"] * 16, 2, 1, 32]  # page_first
+    assert meta["bytes"] == int(m["bytes"].sum())
+
+
+def test_replay_transfer_log_with_its_scenario_beside_it(tmp_path, tiny):
+    run_dir = tmp_path / "run"
+    r = invoke("run", tiny, "--out", run_dir, "--no-figures", "--set", "metrics.transfer_log=true",
+               "--set", "cache.mem_layout=layer_first", "--set", "cache.io_backend=direct")
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "rep"
+    r = invoke("replay", run_dir / "transfers.parquet", "--out", out, "--limit", "5", "--h2d", "whole",
+               "--repeats", "2")
+    assert r.exit_code == 0, r.output
+    m = pd.read_parquet(out / "measurements.parquet")
+    log = pd.read_parquet(run_dir / "transfers.parquet")
+    assert m["transfer_id"].tolist() == log["id"].head(5).tolist() * 2 and m["repeat"].tolist() == [0] * 5 + [1] * 5
+    assert json.loads((out / "replay.json").read_text())["transfers"] == 5
+    m = m[m["repeat"] == 0]
+    assert set(m["layout"]) == {"layer_first"} and set(m["io_backend"]) == {"direct"}
+    assert set(m["launches"]) == {1}  # --h2d whole
+    assert (m["bytes"].to_numpy() == log["bytes"].head(5).to_numpy()).all()
+
+
+def test_replay_reduced_sweep_then_calibrate(tmp_path):
+    out = tmp_path / "sweep"
+    r = invoke("replay", "--sweep", "--limit", "16", "--repeats", "1", "--device", "cpu", "--out", out)
+    assert r.exit_code == 0, r.output
+    m = pd.read_parquet(out / "measurements.parquet")
+    assert len(m) == 5 * 3 * 3 * 2 * 2  # counts 1..16 x page sizes x layouts x io x directions
+    assert json.loads((out / "sweep.json").read_text())["page_counts"] == [1, 2, 4, 8, 16]
+    r = invoke("calibrate", out / "measurements.parquet", "--out", out / "calibration.yaml", "--no-report")
+    assert r.exit_code == 0, r.output
+    assert (out / "calibration.yaml").is_file() and not (out / "calibration_errors.md").exists()
+
+
+def test_validate_model_writes_table_and_plot(tmp_path, tiny):
+    out = tmp_path / "val"
+    r = invoke("validate-model", tiny, "--device", "cpu", "--out", out, "--limit", "20")
+    assert r.exit_code == 0, r.output
+    for name in ("validation.md", "validation.parquet", "predicted_vs_measured.png", "validation.json"):
+        assert (out / name).is_file(), name
+    v = pd.read_parquet(out / "validation.parquet")
+    assert len(v) == 20 and {"measured_s", "predicted_s", "ape_pct"} <= set(v.columns)
+    assert (v["predicted_s"] > 0).all() and (v["measured_s"] > 0).all()
+    assert (v["repeats"] == 3).all()  # the median of three passes over the log per transfer
+    md = (out / "validation.md").read_text()
+    assert "| direction | transfers | median_ape_pct | p90_ape_pct" in md and "| all | 20 |" in md
+    assert (out / "predicted_vs_measured.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_validate_model_with_the_shipped_cpu_calibration(tmp_path, tiny):
+    from hicache_sim.scenario import PACKAGE_DATA
+
+    cal = PACKAGE_DATA / "calibration" / "cpu-ci.yaml"
+    r = invoke("validate-model", tiny, "--device", "cpu", "--out", tmp_path / "v", "--limit", "10",
+               "--set", f"hardware.calibration={cal}")
+    assert r.exit_code == 0, r.output
+    assert "cpu-ci.yaml" in (tmp_path / "v" / "validation.md").read_text()
+
+
+def test_replay_bad_input(tmp_path, tiny):
+    assert_user_error(invoke("replay", tmp_path / "missing.yaml", "--out", tmp_path / "o"), "missing.yaml",
+                      "not found")
+    assert_user_error(invoke("replay", "--out", tmp_path / "o"), "give a scenario or a transfer log")
+    assert_user_error(invoke("replay", tmp_path / "log.parquet"), "log.parquet", "transfer log not found")
+    assert_user_error(invoke("replay", tiny, "--h2d", "sideways"), "--h2d")
+    assert_user_error(invoke("replay", tiny, "--device", "tpu"), "--device 'tpu'")
+    (tmp_path / "alone.parquet").write_bytes(b"")
+    pd.DataFrame({"id": [0], "kind": ["d2h"], "pages": [1], "bytes": [1], "device_pages": [[0]],
+                  "host_pages": [[0]]}).to_parquet(tmp_path / "alone.parquet")
+    assert_user_error(invoke("replay", tmp_path / "alone.parquet"), "no scenario.yaml beside the log")
+    r = invoke("replay", tmp_path / "alone.parquet", "--scenario", tiny, "--out", tmp_path / "o")
+    assert_user_error(r, "transfer 0: the log says 1 bytes")
+    assert not (tmp_path / "o").exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**TINY, "cache": {**TINY["cache"], "page_size": -1}}))
+    assert_user_error(invoke("validate-model", bad, "--out", tmp_path / "o"), "bad.yaml", "cache.page_size")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
+def test_cuda_asked_without_cuda(tiny, tmp_path):
+    assert_user_error(invoke("replay", tiny, "--device", "cuda", "--out", tmp_path / "o"), "no CUDA device")
