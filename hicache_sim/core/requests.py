@@ -103,11 +103,13 @@ class RequestMixin(CacheState):
         st.pages.extend(pages)
         return True
 
-    def checkpoint_request(self, st: RequestState, upto: int) -> None:
-        """SGLang's ``cache_unfinished_req`` after a prefill chunk: insert ``keys[:upto]`` as a chunked
-        checkpoint, free the request's duplicate slots, re-match and move the lock down (mutates)."""
+    def checkpoint_request(self, st: RequestState, upto: int, *, chunked: bool = True) -> None:
+        """SGLang's ``cache_unfinished_req``: insert ``keys[:upto]``, free the request's duplicate slots,
+        re-match and move the lock down (mutates). ``chunked``: a chunked-prefill checkpoint (no
+        write-through); False for the insert after the prefill of a request that goes on to decode,
+        which counts an insert-hit and may start write-through, as upstream."""
         self._check_pages(st, upto)
-        prefix = self.insert(st.keys[:upto], st.pages[:upto], chunked=True, priority=st.priority)
+        prefix = self.insert(st.keys[:upto], st.pages[:upto], chunked=chunked, priority=st.priority)
         if prefix > st.cached:
             self.device.free(st.pages[st.cached:prefix])
         m = self.match_prefix(st.keys[:upto])

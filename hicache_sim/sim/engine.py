@@ -1,0 +1,492 @@
+"""An SGLang-like scheduler in simulated time, driving the core's request flow.
+
+One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
+
+1. ``check_hicache_events``: apply the acknowledgements and storage query results that arrived
+   since the last step; take in new requests (each starts its storage prefetch on arrival); in
+   buffer_only mode stage pending writes.
+2. Form a batch. Prefill has priority (SGLang's default, no mixed chunk): the chunked request
+   continues first, then the waiting queue in FCFS order; a request whose prefetch may not stop yet
+   is skipped (``check_prefetch_progress``); admission follows the PrefillAdder budgets
+   (:mod:`.admission`) and ``max_running_requests``. Once a request was refused for memory, no new
+   prefill is tried until a request finishes, is retracted or an acknowledgement unpins pages
+   (SGLang's ``batch_is_full``). Otherwise one decode step for the whole running batch
+   (:mod:`.decode`), after a page for each request crossing a page boundary; when the pool cannot
+   provide them, requests are retracted (pages given back, requeued: it restarts from its prefix).
+3. Run the batch: wait for any blocking write-back copy, then compute; load-backs of the batch
+   overlap layer by layer (layer i computes once it arrived and layer i - 1 is done).
+4. Post-process: checkpoint chunked prefills; emit first tokens and insert the prompt of a request
+   that goes on to decode (SGLang's ``cache_unfinished_req``: others can share it meanwhile);
+   finish requests (insert into the cache: write-through starts), hand them back (closed-loop
+   clients send their next turn).
+
+The post-prefill insert is not a chunked checkpoint: it counts an insert-hit, so write-through of a
+prompt starts right after its prefill, as in SGLang (and under write_through_selective the finish
+insert counts a second hit for the same request, as upstream does).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+import simpy
+
+from ..core import HiCache, Transfer, TransferKind, check
+from .admission import INF_TOKENS, NO_TOKEN, OTHER, Chunk, PrefillAdder
+from .compute import StepTimeModel
+from .decode import DecodeBatch
+from .requests import SimRequest
+from .transport import Transport
+
+
+@dataclass(frozen=True)
+class SchedulerPolicy:
+    """Scheduler settings: the scenario's ``scheduler`` section plus SGLang's constants."""
+
+    chunked_prefill_tokens: int | None = 8192
+    max_running_requests: int = 256
+    max_prefill_tokens: int = 16384
+    reserve_last_token: bool = True
+    insert_output: bool = True
+    clip_max_new_tokens: int = 4096  # CLIP_MAX_NEW_TOKENS_ESTIMATION
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio: float = 0.1
+    new_token_ratio_decay_steps: int = 600
+    retract_decode_steps: int = 20
+    retract_to: str = "back"  # SGLang appends retracted requests to the waiting queue
+
+    @classmethod
+    def from_scenario(cls, sc) -> SchedulerPolicy:
+        s = sc.scheduler
+        return cls(chunked_prefill_tokens=s.chunked_prefill_size, max_running_requests=s.max_running_requests,
+                   max_prefill_tokens=s.max_prefill_tokens, reserve_last_token=s.reserve_last_token,
+                   insert_output=s.insert_output)
+
+    @property
+    def new_token_ratio_decay(self) -> float:
+        return (self.init_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
+
+
+@dataclass(slots=True)
+class Step:
+    """One batch: prefill chunks or a decode step, with the transfers it waits for."""
+
+    kind: str
+    chunks: list[Chunk] = field(default_factory=list)
+    loads: list[Transfer] = field(default_factory=list)
+    blocking: list[Transfer] = field(default_factory=list)
+    batch_size: int = 0
+    kv_tokens: int = 0
+
+
+class Scheduler:
+    """SGLang-like scheduler over one HiCache. ``run()`` is its SimPy process."""
+
+    def __init__(self, env: simpy.Environment, cache: HiCache, compute: StepTimeModel, transport: Transport,
+                 policy: SchedulerPolicy, *, storage_latency_s: float, on_done: Callable[[SimRequest], None],
+                 check_invariants: bool = False) -> None:
+        self.env = env
+        self.cache = cache
+        self.compute = compute
+        self.transport = transport
+        self.policy = policy
+        self.page = cache.page_size
+        self.storage_latency_s = storage_latency_s
+        self.on_done = on_done
+        self.check_invariants = check_invariants
+        self.inbox: list[tuple] = []
+        self.waiting: deque[tuple[SimRequest, int]] = deque()  # (request, epoch): stale entries skipped
+        self.n_waiting = 0
+        self.decoding = DecodeBatch(self.page, policy.clip_max_new_tokens)
+        self.chunked: SimRequest | None = None
+        self.prefilling: list[SimRequest] = []
+        self.batch_full = False
+        self.new_token_ratio = policy.init_new_token_ratio
+        self._idle: simpy.Event | None = None
+        self._wake_times: set[float] = set()
+        self.counters = {"steps": 0, "prefill_steps": 0, "decode_steps": 0, "prefill_tokens": 0,
+                         "decode_tokens": 0, "retractions": 0, "rejected_requests": 0, "load_stall_s": 0.0,
+                         "blocking_wait_s": 0.0, "busy_s": 0.0}
+
+    # ------------------------------------------------------------------------------ inputs
+
+    def submit(self, r: SimRequest) -> None:
+        """A request arrived (taken in at the next loop iteration, as SGLang's recv_requests)."""
+        self._post(("arrive", r))
+
+    def on_ack(self, t: Transfer) -> None:
+        """A transfer finished; its acknowledgement is applied at the next loop iteration."""
+        self._post(("ack", t))
+
+    def wake(self) -> None:
+        """Something the idle scheduler may be waiting for changed (prefetch progress, a timer)."""
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def _post(self, item: tuple) -> None:
+        self.inbox.append(item)
+        self.wake()
+
+    def reject(self, r: SimRequest, reason: str) -> None:
+        """Report ``r`` as rejected with a reason (it must hold nothing in the cache)."""
+        r.state = "done"
+        r.rec.status = "rejected"
+        r.rec.reason = reason
+        self.counters["rejected_requests"] += 1
+        self.on_done(r)
+
+    @property
+    def running(self) -> int:
+        """Requests holding pages: decoding, in this prefill batch, or between chunks."""
+        return len(self._active())
+
+    def _active(self) -> list[SimRequest]:
+        active = dict.fromkeys(self.decoding)
+        active.update(dict.fromkeys(self.prefilling))
+        if self.chunked is not None:
+            active[self.chunked] = None
+        return list(active)
+
+    # -------------------------------------------------------------------------------- loop
+
+    def run(self) -> Generator:
+        while True:
+            self._housekeeping()
+            step = self._plan()
+            if step is None:
+                self._idle = self.env.event()
+                yield self._idle
+                self._idle = None
+                continue
+            yield from self._execute(step)
+
+    def _housekeeping(self) -> None:
+        cache = self.cache
+        now = self.env.now
+        cache.now = now
+        while self.inbox:
+            items, self.inbox = self.inbox, []
+            for kind, payload in items:
+                if kind == "ack":
+                    cache.complete(payload, now)
+                    self.batch_full = False
+                elif kind == "query":
+                    cache.prefetch_query(payload)
+                else:
+                    self._take_in(payload)
+        if cache.buffer_only:
+            cache.flush_pending_writes()
+        self.transport.dispatch(cache.take_transfers())
+        if self.check_invariants:
+            self.check()
+
+    def _take_in(self, r: SimRequest) -> None:
+        """A new request: start its storage prefetch (hit query after the storage latency), queue it."""
+        cache = self.cache
+        if cache.storage is not None:
+            m = cache.match_prefix(r.keys[:r.limit])
+            matched = m.device_hit_pages + m.host_hit_pages
+            op = cache.prefetch(r.req.rid, m.last_node, r.keys[matched:r.limit], self.env.now)
+            if op is not None:
+                r.had_prefetch = True
+                rid = r.req.rid
+                self.env.timeout(self.storage_latency_s).callbacks.append(lambda _ev: self._post(("query", rid)))
+        self._push_waiting(r, front=False)
+
+    def _push_waiting(self, r: SimRequest, *, front: bool) -> None:
+        r.state = "waiting"
+        r.epoch += 1
+        if front:
+            self.waiting.appendleft((r, r.epoch))
+        else:
+            self.waiting.append((r, r.epoch))
+        self.n_waiting += 1
+
+    def _plan(self) -> Step | None:
+        if self.chunked is not None or (self.n_waiting and not self.batch_full):
+            step = self._form_prefill()
+            if step is not None:
+                return step
+        if self.decoding:
+            return self._form_decode()
+        return None
+
+    # ----------------------------------------------------------------------------- prefill
+
+    def _form_prefill(self) -> Step | None:
+        cache = self.cache
+        pol = self.policy
+        adder = PrefillAdder(cache, offset=self.decoding.reserved_tokens() * self.new_token_ratio,
+                             rem_input=pol.max_prefill_tokens, rem_chunk=pol.chunked_prefill_tokens or INF_TOKENS,
+                             clip_tokens=pol.clip_max_new_tokens)
+        more = True
+        if self.chunked is not None:
+            c = adder.add_chunked(self.chunked)
+            more = c is not None and c.final
+        if more:
+            self._admit_waiting(adder)
+        transfers = cache.take_transfers()
+        if not adder.chunks:
+            self.transport.dispatch(transfers)
+            return None
+        step = Step("prefill", adder.chunks)
+        rest = []
+        for t in transfers:
+            if t.kind is TransferKind.H2D:
+                step.loads.append(t)
+            elif t.blocking:
+                step.blocking.append(t)
+            else:
+                rest.append(t)
+        self.transport.dispatch(rest)
+        self.prefilling = [c.req for c in adder.chunks]
+        return step
+
+    def _admit_waiting(self, adder: PrefillAdder) -> None:
+        """Walk the waiting queue in order, admitting until a budget or limit stops the batch."""
+        cache = self.cache
+        now = self.env.now
+        running = len(self.decoding) + (1 if self.chunked is not None else 0)
+        new = 0
+        for r, ep in self.waiting:
+            if r.state != "waiting" or r.epoch != ep:
+                continue
+            if running + new >= self.policy.max_running_requests:
+                self.batch_full = True
+                break
+            if not cache.check_prefetch_progress(r.req.rid, now):
+                self._wake_at_prefetch_timeout(r.req.rid)
+                continue
+            if r.had_prefetch and r.rec.prefetch_done_s is None:
+                r.rec.prefetch_done_s = now
+            res = adder.add_one(r)
+            if res == NO_TOKEN:
+                self.batch_full = bool(adder.chunks) or bool(self.decoding)
+                break
+            if r.st is not None:
+                new += 1
+                self._admitted(r)
+            if res == OTHER:
+                break
+        q = self.waiting
+        while q and (q[0][0].state != "waiting" or q[0][0].epoch != q[0][1]):
+            q.popleft()
+
+    def _admitted(self, r: SimRequest) -> None:
+        r.state = "prefill"
+        self.n_waiting -= 1
+        st = r.st
+        r.loaded_now = st.loaded_pages > 0
+        if not r.admitted_once:
+            r.admitted_once = True
+            rec = r.rec
+            rec.admit_s = self.env.now
+            rec.prompt_pages = len(r.keys)
+            rec.device_hit_pages = st.device_hit
+            rec.host_hit_pages = st.host_hit
+            rec.storage_hit_pages = st.storage_hit
+
+    def _wake_at_prefetch_timeout(self, rid: str) -> None:
+        """A skipped request may become schedulable when its prefetch times out: wake then."""
+        op = self.cache.ongoing_prefetch.get(rid)
+        if op is None:
+            return
+        at = op.start_time + self.cache.prefetch_timeout(op) + 1e-9
+        if at <= self.env.now or at in self._wake_times:
+            return
+        self._wake_times.add(at)
+
+        def ring(_ev: simpy.Event, at: float = at) -> None:
+            self._wake_times.discard(at)
+            self.wake()
+
+        self.env.timeout(at - self.env.now).callbacks.append(ring)
+
+    # ------------------------------------------------------------------------------ decode
+
+    def _form_decode(self) -> Step | None:
+        cache = self.cache
+        batch = self.decoding
+        needy = batch.due_pages()
+        if needy and cache.device.available() + cache.evictable_pages < len(needy):
+            headroom = -(-len(batch) * self.policy.retract_decode_steps // self.page)
+            self._retract_until(len(needy) + headroom)
+        for i, r in enumerate(needy):
+            if r.state != "decode":
+                continue
+            while not cache.extend_request(r.st, 1):
+                victim = batch.victim()
+                if victim is r and len(batch) == 1:
+                    victim = None
+                if victim is None:
+                    if cache.inflight:  # pinned pages come back at an acknowledgement: wait for it
+                        for x in needy[i:]:
+                            if x.state == "decode":
+                                batch.page_deferred(x)
+                        self.transport.dispatch(cache.take_transfers())
+                        return None
+                    batch.leave(r)
+                    cache.abort_request(r.st)
+                    r.st = None
+                    self.batch_full = False
+                    self.reject(r, "device pool too small for this request's decode (nothing to retract)")
+                    break
+                self._retract(victim)
+                if victim is r:
+                    break
+            else:
+                batch.page_allocated(r)
+        transfers = cache.take_transfers()
+        if not batch:
+            self.transport.dispatch(transfers)
+            return None
+        step = Step("decode", batch_size=len(batch), kv_tokens=batch.kv_tokens_next())
+        step.blocking = [t for t in transfers if t.blocking]
+        self.transport.dispatch([t for t in transfers if not t.blocking])
+        return step
+
+    def _retract_until(self, target_pages: int) -> None:
+        cache = self.cache
+        while len(self.decoding) > 1 and cache.device.available() + cache.evictable_pages < target_pages:
+            self._retract(self.decoding.victim())
+
+    def _retract(self, r: SimRequest) -> None:
+        """Give back everything ``r`` holds and requeue it; it restarts from its prefix (its output so
+        far is prefilled again with the prompt, as SGLang re-prefills origin input + output ids)."""
+        self.decoding.leave(r)
+        self.cache.abort_request(r.st)
+        r.st = None
+        r.seq_tokens = r.req.input_tokens + r.generated
+        r.done_tokens = 0
+        r.rec.retractions += 1
+        self.counters["retractions"] += 1
+        self._push_waiting(r, front=self.policy.retract_to == "front")
+        self.batch_full = False
+        decoded, wanted = self.decoding.progress()
+        steps = self.policy.retract_decode_steps * len(self.decoding)
+        self.new_token_ratio = min(1.0, (decoded + steps) / max(1, wanted))
+
+    # ----------------------------------------------------------------------------- running
+
+    def _execute(self, step: Step) -> Generator:
+        env = self.env
+        compute = self.compute
+        t0 = env.now
+        if step.blocking:
+            ev = env.event()
+            self.transport.start_blocking(step.blocking, ev.succeed)
+            yield ev
+            self.counters["blocking_wait_s"] += env.now - t0
+        t1 = env.now
+        if step.kind == "prefill":
+            gpu = compute.prefill_time([(c.end - c.start, c.start) for c in step.chunks])
+        else:
+            gpu = compute.decode_time(step.batch_size, step.kv_tokens)
+        unhidden = compute.step_overhead_s + gpu
+        if step.loads:
+            yield from self._overlap_loads(step, t1, gpu, unhidden)
+        else:
+            yield env.timeout(unhidden)
+        self.counters["steps"] += 1
+        self.counters["busy_s"] += env.now - t0
+        if step.kind == "prefill":
+            self._after_prefill(step)
+        else:
+            self._after_decode(step)
+        self.transport.dispatch(self.cache.take_transfers())
+        if self.check_invariants:
+            self.check()
+
+    def _overlap_loads(self, step: Step, t1: float, gpu: float, unhidden: float) -> Generator:
+        """Layer i computes once layer i arrived and layer i - 1 is done; charge what is not hidden."""
+        env = self.env
+        compute = self.compute
+        load = self.transport.start_layered(step.loads)
+        yield load.done
+        per_layer = gpu / compute.num_layers
+        f = t1 + compute.step_overhead_s
+        for a in load.arrivals:
+            f = max(f, a if a is not None else env.now) + per_layer
+        stall = max(0.0, f - (t1 + unhidden))
+        self.counters["load_stall_s"] += stall
+        for c in step.chunks:
+            if c.req.loaded_now:
+                c.req.rec.load_wait_s += stall
+                c.req.loaded_now = False
+        if f > env.now:
+            yield env.timeout(f - env.now)
+
+    def _after_prefill(self, step: Step) -> None:
+        self.counters["prefill_steps"] += 1
+        self.prefilling = []
+        now = self.env.now
+        cache = self.cache
+        for c in step.chunks:
+            r = c.req
+            r.done_tokens = c.end
+            self.counters["prefill_tokens"] += c.end - c.start
+            if not c.final:
+                self.chunked = r
+                upto = min(c.end // self.page, self._checkpoint_cap(r))
+                if upto > r.st.cached:
+                    cache.checkpoint_request(r.st, upto)
+                continue
+            if self.chunked is r:
+                self.chunked = None
+            r.generated += 1
+            if r.rec.first_token_s is None:
+                r.rec.first_token_s = now
+            if r.generated >= r.out_target:
+                self._finish(r)
+                continue
+            # SGLang's cache_unfinished_req after the prefill: the prompt becomes shareable while
+            # the request decodes (the same node instant mode creates at finish).
+            upto = self._checkpoint_cap(r)
+            if upto > r.st.cached:
+                cache.checkpoint_request(r.st, upto, chunked=False)
+            self.decoding.join(r)
+
+    def _checkpoint_cap(self, r: SimRequest) -> int:
+        """Pages a chunk checkpoint may insert: with output caching, never the partial last prompt page
+        (the finish keys give that slot a different key: two nodes must not own one device page)."""
+        if self.policy.insert_output and r.req.finish_keys:
+            return min(len(r.keys), r.req.input_tokens // self.page)
+        return len(r.keys)
+
+    def _after_decode(self, step: Step) -> None:
+        self.counters["decode_steps"] += 1
+        self.counters["decode_tokens"] += step.batch_size
+        pol = self.policy
+        self.new_token_ratio = max(pol.min_new_token_ratio, self.new_token_ratio - pol.new_token_ratio_decay)
+        for r in self.decoding.advance():
+            self._finish(r)
+
+    def _finish(self, r: SimRequest) -> None:
+        """Cache the finished request: its prompt, or prompt + output where the output's keys are known."""
+        st = r.st
+        fk = r.req.finish_keys
+        if self.policy.insert_output and fk and len(fk) <= len(st.pages):
+            st.keys = list(fk)
+        self.cache.finish_request(st)
+        r.st = None
+        r.state = "done"
+        r.rec.finish_s = self.env.now
+        r.rec.status = "finished"
+        self.batch_full = False
+        self.on_done(r)
+
+    # ---------------------------------------------------------------------------- checking
+
+    def held_device_pages(self) -> list[int]:
+        """Device pages running requests hold that the tree does not own."""
+        out: list[int] = []
+        for r in self._active():
+            if r.st is not None:
+                out.extend(r.st.pages[r.st.cached:])
+        return out
+
+    def check(self) -> None:
+        """Every core invariant, with the running requests' own pages accounted for."""
+        check(self.cache, held_device_pages=self.held_device_pages())

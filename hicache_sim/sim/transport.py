@@ -1,0 +1,152 @@
+"""The seam in time: put each core Transfer on its link and report its completion.
+
+Routing: H2D and D2H on the PCIe directions, S2H on the storage read link, H2S on the storage
+write link. A prefill step's load-backs are merged into one H2D flow with a milestone per layer
+(SGLang merges a batch's load ops and copies layer by layer). A prefetch's S2H batches run one after
+another (the IO thread walks them in order and stops once the prefetch is terminated: a batch
+revoked before it starts is completed at once without using the link). Completions of S2H and of
+blocking write-back copies are applied to the core at once (the IO thread advances progress; the
+scheduler thread is waiting on the blocking copy); every other acknowledgement goes to the
+scheduler's inbox and is applied at its next step, as ``check_hicache_events`` does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+
+from ..core import HiCache, Transfer, TransferKind
+from ..linkmodel import segments_for
+from .links import Flow, Link
+from .metrics import TransferLog
+
+LINK_OF_KIND = {TransferKind.H2D: "h2d", TransferKind.D2H: "d2h", TransferKind.S2H: "storage_read",
+                TransferKind.H2S: "storage_write"}
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """What decides how many contiguous pieces a PCIe copy has."""
+
+    mem_layout: str
+    num_layers: int
+    kv_factor: int
+
+    def segments(self, pages: int, layers: int | None = None) -> int:
+        return segments_for(pages, self.mem_layout, self.num_layers, self.kv_factor, layers=layers)
+
+
+@dataclass(eq=False)
+class LayeredLoad:
+    """One prefill step's H2D load: per-layer arrival times and an event at the last layer."""
+
+    transfers: list[Transfer]
+    done: simpy.Event
+    arrivals: list[float | None] = field(default_factory=list)
+
+
+class Transport:
+    """Performs the core's transfers on the links; keeps the byte ledger for conservation checks."""
+
+    def __init__(self, env: simpy.Environment, cache: HiCache, links: dict[str, Link], layout: KVLayout,
+                 on_ack: Callable[[Transfer], None], on_progress: Callable[[], None], log: TransferLog) -> None:
+        self.env = env
+        self.cache = cache
+        self.links = links
+        self.layout = layout
+        self.on_ack = on_ack
+        self.on_progress = on_progress
+        self.log = log
+        self.issued_bytes = {name: 0 for name in links}  # bytes of every transfer taken from the core
+        self.skipped_bytes = {name: 0 for name in links}  # of those, revoked before they started
+        self.skipped = 0
+
+    # ------------------------------------------------------------------------------- routing
+
+    def dispatch(self, transfers: list[Transfer]) -> None:
+        """Start transfers that nobody waits for (write-through, load-backs outside a step, storage)."""
+        chains: dict[str, list[Transfer]] = {}
+        for t in transfers:
+            self.issued_bytes[LINK_OF_KIND[t.kind]] += t.bytes
+            if t.kind is TransferKind.S2H:
+                chains.setdefault(t.request_id or "", []).append(t)
+            elif t.blocking:
+                self._start(t, self._complete_now)
+            else:
+                self._start(t, self._ack_later)
+        for chain in chains.values():
+            self._next_batch(deque(chain))
+
+    def start_blocking(self, transfers: list[Transfer], done: Callable[[], None]) -> None:
+        """Start blocking copies; ``done()`` once all have finished (each is completed at once)."""
+        left = [len(transfers)]
+
+        def one(flow: Flow) -> None:
+            self._complete_now(flow)
+            left[0] -= 1
+            if left[0] == 0:
+                done()
+
+        for t in transfers:
+            self.issued_bytes[LINK_OF_KIND[t.kind]] += t.bytes
+            self._start(t, one)
+
+    def start_layered(self, transfers: list[Transfer]) -> LayeredLoad:
+        """One H2D flow for a step's loads, with one milestone per layer."""
+        load = LayeredLoad(transfers, self.env.event(), [None] * self.layout.num_layers)
+        pages = sum(t.pages for t in transfers)
+        nbytes = sum(t.bytes for t in transfers)
+        self.issued_bytes["h2d"] += nbytes
+
+        def milestone(_flow: Flow, i: int, now: float) -> None:
+            load.arrivals[i] = now
+
+        def finished(flow: Flow) -> None:
+            for t in transfers:
+                self.log.add(t, flow.submit_s, flow.end_s)
+                self.on_ack(t)
+            load.done.succeed()
+
+        self.links["h2d"].submit(nbytes, self.layout.segments(pages), finished, milestones=self.layout.num_layers,
+                                 on_milestone=milestone, tag=transfers)
+        return load
+
+    # ----------------------------------------------------------------------------- internals
+
+    def _start(self, t: Transfer, on_done: Callable[[Flow], None]) -> Flow:
+        name = LINK_OF_KIND[t.kind]
+        segments = self.layout.segments(t.pages) if name in ("h2d", "d2h") else 1
+        return self.links[name].submit(t.bytes, segments, on_done, tag=t)
+
+    def _complete_now(self, flow: Flow) -> None:
+        t = flow.tag
+        self.log.add(t, flow.submit_s, flow.end_s)
+        self.cache.complete(t, self.env.now)
+
+    def _ack_later(self, flow: Flow) -> None:
+        t = flow.tag
+        self.log.add(t, flow.submit_s, flow.end_s)
+        self.on_ack(t)
+
+    def _next_batch(self, chain: deque[Transfer]) -> None:
+        """Start the next storage batch of a prefetch; batches revoked meanwhile complete unstarted."""
+        cache = self.cache
+        while chain:
+            t = chain.popleft()
+            if t.id in cache.revoked_transfers:
+                self.skipped_bytes["storage_read"] += t.bytes
+                self.skipped += 1
+                self.log.add(t, None, None)
+                cache.complete(t, self.env.now)
+                continue
+
+            def done(flow: Flow, rest: deque[Transfer] = chain) -> None:
+                self._complete_now(flow)
+                self.on_progress()
+                self._next_batch(rest)
+
+            self._start(t, done)
+            return

@@ -1,0 +1,240 @@
+"""The timed world: one HiCache, PCIe and storage links, a compute model and an SGLang-like scheduler
+in a SimPy environment, fed by the workload's arrival process.
+
+``run_timed`` builds the world, runs it until no event is left, checks conservation (every arrival
+finished or rejected with a reason; nothing left locked, pinned or in flight; bytes per link equal
+to the bytes of the core's transfers) and returns a :class:`TimedResult`. Everything lives in the
+World instance: two simulations in one process never share state, and the same scenario and seed
+give identical results (SimPy orders same-time events by priority and insertion; no wall clock).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+
+from ..core import HiCache, check
+from ..scenario import Resolved
+from ..workloads import Request
+from ..workloads.synthetic import Workload
+from .arrivals import arrivals_for
+from .compute import ComputeModel, StepTimeModel
+from .engine import Scheduler, SchedulerPolicy
+from .links import Link, storage_params
+from .metrics import RequestRecord, TimeSeries, TransferLog
+from .requests import SimRequest
+from .transport import KVLayout, Transport
+
+
+class SimulationError(RuntimeError):
+    """The timed run ended in an inconsistent state (a bug, or a deadlock): the message says what."""
+
+
+@dataclass
+class TimedResult:
+    """Output of one timed run. ``requests`` are in workload order; times in simulated seconds."""
+
+    requests: list[dict]
+    timeseries: list[dict]
+    links: dict[str, dict]
+    sim_time_s: float
+    cache: HiCache
+    counters: dict
+    transfer_log: TransferLog = field(repr=False, default_factory=TransferLog)
+
+    @property
+    def transfers(self) -> list[dict]:
+        """Transfer log rows: Transfer.record() plus start_s, end_s, duration_s (built on demand)."""
+        return self.transfer_log.records()
+
+
+class World:
+    """Wiring of one timed simulation (see module docstring)."""
+
+    def __init__(self, resolved: Resolved, workload: Workload, *, compute: StepTimeModel | None = None,
+                 check_invariants: bool = False, progress: Callable[[int], None] | None = None) -> None:
+        sc = resolved.scenario
+        self.resolved = resolved
+        self.workload = workload
+        self.progress = progress
+        self.check_invariants = check_invariants
+        self.env = env = simpy.Environment()
+        self.cache = cache = HiCache(resolved.cache)
+        self.page = resolved.cache.page_size
+        sharing = sc.hardware.pcie.sharing
+        self.links = {
+            "h2d": Link(env, "h2d", resolved.links["h2d"], sharing),
+            "d2h": Link(env, "d2h", resolved.links["d2h"], sharing),
+            "storage_read": Link(env, "storage_read",
+                                 storage_params(resolved.storage_read_Bps, resolved.storage_latency_s)),
+            "storage_write": Link(env, "storage_write",
+                                  storage_params(resolved.storage_write_Bps, resolved.storage_latency_s)),
+        }
+        self.log = TransferLog()
+        layout = KVLayout(sc.cache.mem_layout, resolved.model.num_layers, resolved.kv_factor)
+        self.transport = Transport(env, cache, self.links, layout, on_ack=lambda t: self.scheduler.on_ack(t),
+                                   on_progress=lambda: self.scheduler.wake(), log=self.log)
+        self.compute = compute if compute is not None else ComputeModel.from_resolved(resolved)
+        self.policy = SchedulerPolicy.from_scenario(sc)
+        self.scheduler = Scheduler(env, cache, self.compute, self.transport, self.policy,
+                                   storage_latency_s=resolved.storage_latency_s, on_done=self._done,
+                                   check_invariants=check_invariants)
+        self.index = {r.rid: i for i, r in enumerate(workload.requests)}
+        if len(self.index) != len(workload.requests):
+            raise SimulationError("request ids are not unique in the workload")
+        self.records: list[RequestRecord | None] = [None] * len(workload.requests)
+        self.n_done = 0
+        self.events = 0
+        self.timeseries = TimeSeries(sc.metrics.timeseries_interval_s, cache, self.links,
+                                     lambda: (self.scheduler.n_waiting, self.scheduler.running))
+        self.arrivals = arrivals_for(env, workload, self._deliver)
+        env.process(self.scheduler.run())
+
+    # --------------------------------------------------------------------------- requests
+
+    def _deliver(self, req: Request) -> None:
+        i = self.index[req.rid]
+        rec = RequestRecord(req, arrival_s=self.env.now)
+        self.records[i] = rec
+        r = SimRequest(req, rec, list(req.page_keys), req.match_limit(self.page, self.policy.reserve_last_token),
+                       i, seq_tokens=req.input_tokens)
+        reason = self._never_fits(req)
+        if reason:
+            self.scheduler.reject(r, reason)
+        else:
+            self.scheduler.submit(r)
+
+    def _never_fits(self, req: Request) -> str:
+        """Why the request can never be admitted, or ''. Mirrors the scheduler's budget check."""
+        device_tokens = self.resolved.cache.device_pages * self.page
+        out = min(max(1, req.output_tokens), self.policy.clip_max_new_tokens)
+        if req.input_tokens + out >= device_tokens:
+            return (f"prompt of {req.input_tokens} tokens + {out} reserved output tokens does not fit the "
+                    f"device pool of {device_tokens} tokens")
+        peak = math.ceil((req.input_tokens + max(1, req.output_tokens) - 1) / self.page)
+        pool = self.resolved.cache.device_pages
+        if peak > pool:
+            return f"needs {peak} device pages at its last token; the device pool has {pool}"
+        return ""
+
+    def _done(self, r: SimRequest) -> None:
+        self.n_done += 1
+        if self.progress is not None:
+            self.progress(self.n_done)
+        self.arrivals.on_done(r.req)
+
+    # -------------------------------------------------------------------------------- run
+
+    def run(self, observer: Callable[[World], None] | None = None) -> TimedResult:
+        """Run to the end; ``observer(world)`` (tests) is called after every event."""
+        env = self.env
+        ts = self.timeseries
+        peek = env.peek
+        step = env.step
+        events = 0
+        inf = math.inf
+        while True:
+            t = peek()
+            if t == inf:
+                break
+            if t >= ts.next_s:
+                ts.before(t)
+            step()
+            events += 1
+            if observer is not None:
+                observer(self)
+        self.events = events
+        self.verify()
+        return self.result()
+
+    def pool_usage(self) -> dict[str, int]:
+        """Pages in use per pool, and the pages the tree and the running requests account for."""
+        c = self.cache
+        return {"device_used": c.device.used(), "device_size": c.device.size, "host_used": c.host.used(),
+                "host_size": c.host.size, "device_in_tree": c.evictable_pages + c.protected_pages,
+                "device_held": len(self.scheduler.held_device_pages())}
+
+    # ------------------------------------------------------------------------------- checks
+
+    def verify(self) -> None:
+        """Conservation at the end of the run; raises SimulationError listing every violation."""
+        problems: list[str] = []
+        c = self.cache
+        n = len(self.workload.requests)
+        recs = [r for r in self.records if r is not None]
+        finished = sum(r.status == "finished" for r in recs)
+        rejected = sum(r.status == "rejected" for r in recs)
+        if len(recs) != n:
+            problems.append(f"{n - len(recs)} of {n} requests never arrived (closed loop stalled)")
+        if finished + rejected != len(recs):
+            stuck = [r.req.rid for r in recs if r.status not in ("finished", "rejected")]
+            problems.append(f"{len(recs)} arrived but {finished} finished and {rejected} were rejected; "
+                            f"stuck: {stuck[:5]} (waiting {self.scheduler.n_waiting}, running "
+                            f"{self.scheduler.running})")
+        no_reason = [r.req.rid for r in recs if r.status == "rejected" and not r.reason]
+        if no_reason:
+            problems.append(f"rejected without a reason: {no_reason[:5]}")
+        if c.inflight:
+            problems.append(f"{len(c.inflight)} transfers still in flight")
+        for name in ("ongoing_prefetch", "staged_prefetch", "ongoing_write", "ongoing_load"):
+            left = getattr(c, name, None)
+            if left:
+                problems.append(f"cache.{name} not empty at the end ({len(left)})")
+        if getattr(c, "buffer_queue", None):
+            problems.append(f"{len(c.buffer_queue)} buffer_only write intents never flushed")
+        locked = [(x.id, x.lock_ref, x.host_ref) for x in c.iter_nodes() if x.lock_ref or x.host_ref]
+        if locked:
+            problems.append(f"{len(locked)} nodes still locked or pinned (id, lock_ref, host_ref): {locked[:5]}")
+        if c.root.lock_ref != 1:
+            problems.append(f"root lock_ref is {c.root.lock_ref}, expected 1")
+        in_tree = c.evictable_pages + c.protected_pages
+        if c.device.used() != in_tree:
+            problems.append(f"device pool has {c.device.used()} pages in use but the tree owns {in_tree}")
+        host_tree = c.residency()["host_pages"]
+        if c.host.used() != host_tree:
+            problems.append(f"host pool has {c.host.used()} pages in use but the tree owns {host_tree}")
+        tp = self.transport
+        for name, link in self.links.items():
+            expect = tp.issued_bytes[name] - tp.skipped_bytes[name]
+            if link.bytes != expect:
+                problems.append(f"link {name} moved {link.bytes} bytes but the core's transfers say {expect}")
+        if problems:
+            raise SimulationError("timed run ended inconsistent: " + "; ".join(problems))
+        if self.check_invariants:
+            check(c)
+
+    def result(self) -> TimedResult:
+        t_end = self.env.now
+        core = self.cache.counters.as_dict()
+        world = dict(self.scheduler.counters)
+        world["transfers_revoked_unstarted"] = self.transport.skipped
+        world["events"] = self.events
+        clash = set(core) & set(world)
+        if clash:
+            raise SimulationError(f"counter names used by both the core and the world: {sorted(clash)}")
+        return TimedResult(
+            requests=[r.as_dict(self.page) for r in self.records if r is not None],
+            timeseries=self.timeseries.rows,
+            links={name: link.stats(t_end) for name, link in self.links.items()},
+            sim_time_s=t_end,
+            cache=self.cache,
+            counters={**core, **world},
+            transfer_log=self.log,
+        )
+
+
+def run_timed(resolved: Resolved, workload: Workload, *, check_invariants: bool = False,
+              progress: Callable[[int], None] | None = None, compute: StepTimeModel | None = None,
+              observer: Callable[[World], None] | None = None) -> TimedResult:
+    """Simulate ``workload`` on the resolved scenario in time.
+
+    ``check_invariants`` runs the core's ``check`` after every scheduler step (slow; tests).
+    ``progress(n)`` is called with the number of requests done (finished or rejected) so far.
+    ``compute`` replaces the preset roofline (e.g. a calibrated model); ``observer(world)`` is
+    called after every simulation event (tests sample pool occupancy with it).
+    """
+    return World(resolved, workload, compute=compute, check_invariants=check_invariants,
+                 progress=progress).run(observer)
