@@ -24,11 +24,12 @@ def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
     """Pages by state over time: device (D and D+H), host (H and D+H), mirrors (D+H)."""
     x = "t_s" if "t_s" in ts else "request"
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for col, label, color in (("device_pages", "device pages (D, D+H)", "tab:blue"),
-                              ("host_pages", "host pages (H, D+H)", "tab:orange"),
-                              ("mirror_pages", "mirrors (D+H)", "tab:red")):
+    # Mirrors are drawn dashed on top: when every device page is mirrored the lines coincide.
+    for col, label, color, style, width in (("device_pages", "device pages (D, D+H)", "tab:blue", "-", 2.5),
+                                            ("host_pages", "host pages (H, D+H)", "tab:orange", "-", 2.5),
+                                            ("mirror_pages", "mirrors (D+H)", "tab:red", "--", 1.2)):
         if col in ts:
-            ax.plot(ts[x], ts[col], label=label, color=color)
+            ax.plot(ts[x], ts[col], label=label, color=color, linestyle=style, linewidth=width)
     ax.set_xlabel("simulated time (s)" if x == "t_s" else "request")
     ax.set_ylabel("pages")
     ax.set_title(title)
@@ -37,8 +38,9 @@ def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
     _save(fig, path)
 
 
-def hit_rate_figure(req: pd.DataFrame, path: Path, title: str, window: int = 200) -> None:
-    """Token hit rate per tier over the run (rolling over ``window`` requests)."""
+def hit_rate_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = None) -> None:
+    """Token hit rate per tier over the run (rolling over ``window`` requests, default n/20)."""
+    window = window or max(5, len(req) // 20)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     prompt = req["prompt_tokens"].rolling(window, min_periods=1).sum()
     total = 0
@@ -92,23 +94,36 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
         return written
     group_cols = [c for c in ("cache.write_policy", "cache.host_eviction", "cache.host_memory_mode")
                   if c in table and table[c].nunique() > 1]
-    groups = table.groupby(group_cols, sort=True) if group_cols else [((), table)]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    groups = list(table.groupby(group_cols, sort=True)) if group_cols else [((), table)]
+    # Colour by the last grouping key, line style and marker by the first: coinciding lines stay visible.
+    first_vals = sorted(table[group_cols[0]].unique()) if len(group_cols) > 1 else [None]
+    last_vals = sorted(table[group_cols[-1]].unique()) if group_cols else [None]
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), sharey=True)
     for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values("host_to_device_ratio")
-        label = " / ".join(map(str, key if isinstance(key, tuple) else (key,))) or "run"
+        label = " / ".join(map(str, key)) or "run"
+        i = first_vals.index(key[0]) if len(group_cols) > 1 else 0
+        j = last_vals.index(key[-1]) if group_cols else 0
         for ax, col in zip(axes, ("hit_rate.device", "hit_rate.host", "hit_rate.total")):
-            ax.plot(g["host_to_device_ratio"], g[col], marker="o", label=label)
+            ax.plot(g["host_to_device_ratio"], g[col], marker=markers[i % 4], linestyle=styles[i % 4],
+                    color=f"C{j}", markersize=4 + 2 * (len(first_vals) - i), alpha=0.85, label=label)
     for ax, col in zip(axes, ("L1 (device)", "L2 (host)", "total (L1+L2+L3)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("host / device ratio")
         ax.set_title(col)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("token hit rate")
-    axes[-1].legend(loc="best", fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8,
+               title=" / ".join(c.split(".")[-1] for c in group_cols) or None)
     fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + 2) // 3), 1, 1))
     p = folder / "hit_rate_vs_ratio.png"
-    _save(fig, p)
+    fig.savefig(p, dpi=110, metadata={"Software": None})
+    plt.close(fig)
     written.append(p)
     if "ttft_s.p50" in table and table["ttft_s.p50"].notna().any():
         fig, ax = plt.subplots(figsize=(7, 3.8))

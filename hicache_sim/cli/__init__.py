@@ -16,15 +16,15 @@ app = typer.Typer(
 )
 
 # Verb modules register their commands on import (one module per verb).
-from . import run as _run  # noqa: E402,F401
-from . import validate as _validate  # noqa: E402,F401
-
-for _optional in ("sweep", "plot", "replay", "calibrate", "validate_model"):
-    try:
-        __import__(f"{__name__}.{_optional}")
-    except ModuleNotFoundError as _e:  # a verb whose module is not written yet
-        if _e.name != f"{__name__}.{_optional}":
-            raise
+from . import (  # noqa: E402,F401
+    calibrate,
+    plot,
+    replay,
+    run,
+    sweep,
+    validate,
+    validate_model,
+)
 
 
 def main() -> None:
