@@ -30,7 +30,7 @@ def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
                                             ("mirror_pages", "mirrors (D+H)", "tab:red", "--", 1.2)):
         if col in ts:
             ax.plot(ts[x], ts[col], label=label, color=color, linestyle=style, linewidth=width)
-    ax.set_xlabel("simulated time (s)" if x == "t_s" else "request")
+    ax.set_xlabel("time (s): simulated, or trace arrival in instant mode" if x == "t_s" else "request")
     ax.set_ylabel("pages")
     ax.set_title(title)
     ax.legend(loc="best", fontsize=8)
@@ -76,14 +76,19 @@ def links_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
     _save(fig, path)
 
 
-def run_figures(out, folder: Path) -> None:
-    """Figures of one run into ``folder``."""
-    name = out.resolved.scenario.name
-    if len(out.timeseries):
-        residency_figure(out.timeseries, folder / "residency.png", f"{name}: pool residency")
-        links_figure(out.timeseries, folder / "links.png", f"{name}: link utilisation")
-    if len(out.requests):
-        hit_rate_figure(out.requests, folder / "hit_rate.png", f"{name}: hit rate per tier")
+def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.DataFrame, folder: Path) -> list[Path]:
+    """Figures of one run into ``folder`` (used by ``run`` and by ``plot``). Returns the files written."""
+    written = []
+    if len(timeseries):
+        residency_figure(timeseries, folder / "residency.png", f"{name}: pool residency ({mode})")
+        written.append(folder / "residency.png")
+        if "h2d_util" in timeseries:
+            links_figure(timeseries, folder / "links.png", f"{name}: link utilisation")
+            written.append(folder / "links.png")
+    if len(requests):
+        hit_rate_figure(requests, folder / "hit_rate.png", f"{name}: hit rate per tier")
+        written.append(folder / "hit_rate.png")
+    return written
 
 
 def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:

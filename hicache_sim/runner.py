@@ -147,7 +147,7 @@ def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) 
         if figures:
             from .plots import run_figures
 
-            run_figures(out, tmp)
+            run_figures(out.resolved.scenario.name, out.summary["mode"], out.requests, out.timeseries, tmp)
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old")
             if old.exists():

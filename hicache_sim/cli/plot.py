@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 import typer
+import yaml
 
-from ..plots import hit_rate_figure, links_figure, residency_figure, sweep_figures
+from ..plots import run_figures, sweep_figures
 from . import app
 from .common import UserError, user_errors
 
@@ -24,20 +25,14 @@ def plot(
             table = pd.read_parquet(folder / "sweep.parquet")
             written = sweep_figures(table, folder, f"{folder.name}: hit rate vs host/device ratio")
         elif (folder / "summary.json").is_file():
-            name = json.loads((folder / "summary.json").read_text()).get("mode", "run")
-            written = []
+            mode = json.loads((folder / "summary.json").read_text()).get("mode", "run")
+            name = folder.name
+            if (folder / "scenario.yaml").is_file():
+                name = yaml.safe_load((folder / "scenario.yaml").read_text())["scenario"].get("name", name)
             ts_path, req_path = folder / "timeseries.parquet", folder / "requests.parquet"
-            if ts_path.is_file():
-                ts = pd.read_parquet(ts_path)
-                if len(ts):
-                    residency_figure(ts, folder / "residency.png", f"{folder.name}: pool residency ({name})")
-                    written.append(folder / "residency.png")
-                    if "h2d_util" in ts:
-                        links_figure(ts, folder / "links.png", f"{folder.name}: link utilisation")
-                        written.append(folder / "links.png")
-            if req_path.is_file():
-                hit_rate_figure(pd.read_parquet(req_path), folder / "hit_rate.png", f"{folder.name}: hit rate")
-                written.append(folder / "hit_rate.png")
+            ts = pd.read_parquet(ts_path) if ts_path.is_file() else pd.DataFrame()
+            req = pd.read_parquet(req_path) if req_path.is_file() else pd.DataFrame()
+            written = run_figures(name, mode, req, ts, folder)
         else:
             raise UserError(f"{folder}: expected a run folder (summary.json) or a sweep folder (sweep.parquet)")
     for f in written:
