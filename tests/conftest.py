@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from hicache_sim.core import CacheConfig, HiCache, check
 from hicache_sim.workloads.traces import load_mooncake, vendored_trace
+
+
+def invoke(*args):
+    """Run the ``hicache-sim`` CLI in-process with string arguments."""
+    from hicache_sim.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *fragments: str) -> None:
+    """A user's mistake: exit code 2, no traceback, exactly one ``error:`` line holding every fragment."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, result.output
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
 
 
 def new_cache(page_size: int = 4, device_pages: int = 16, host_pages: int = 0, **kw) -> HiCache:

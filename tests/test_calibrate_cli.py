@@ -6,14 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import assert_user_error, invoke
 from test_calibrate_fit import DIRECT, KERNEL, synthetic
-from typer.testing import CliRunner
 
 from hicache_sim.calibration_file import load_calibration
-from hicache_sim.cli import app
 from hicache_sim.scenario import PACKAGE_DATA, build_scenario, resolve
-
-runner = CliRunner()
 
 SCENARIO = {
     "name": "cal", "model": "llama-3.1-8b",
@@ -23,17 +20,6 @@ SCENARIO = {
 }
 
 
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1, result.output
-    for frag in fragments:
-        assert frag in lines[0], lines[0]
 
 
 @pytest.fixture

@@ -9,11 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from typer.testing import CliRunner
-
-from hicache_sim.cli import app
-
-runner = CliRunner()
+from conftest import assert_user_error, invoke
 
 TINY = {
     "name": "tiny",
@@ -32,17 +28,6 @@ def write_yaml(path: Path, data) -> Path:
     return path
 
 
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    err_lines = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(err_lines) == 1, result.output
-    for frag in fragments:
-        assert frag in err_lines[0], err_lines[0]
 
 
 def test_run_writes_every_output(tmp_path):

@@ -7,13 +7,11 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from typer.testing import CliRunner
+from conftest import assert_user_error, invoke
 
 torch = pytest.importorskip("torch")
 
-from hicache_sim.cli import app  # noqa: E402
 
-runner = CliRunner()
 
 TINY = {
     "name": "tiny-replay", "seed": 1, "mode": "instant",
@@ -25,17 +23,6 @@ TINY = {
 }
 
 
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1, result.output
-    for frag in fragments:
-        assert frag in lines[0], lines[0]
 
 
 @pytest.fixture
