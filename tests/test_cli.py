@@ -231,3 +231,17 @@ def test_plot_redraws_run_and_sweep(tmp_path):
     assert r.exit_code == 0, r.output
     assert (out / "residency.png").stat().st_size > 1000
     assert_user_error(invoke("plot", tmp_path), "expected a run folder")
+
+
+def test_timed_sweep_draws_ttft_vs_ratio(tmp_path):
+    data = {**TINY, "mode": "timed", "cache": {**TINY["cache"], "page_size": 64, "device_tokens": 64 * 2000},
+            "workload": {"kind": "trace", "trace": {"path": "builtin:mooncake/conversation_trace.jsonl",
+                                                    "limit": 60, "time_scale": 4.0}},
+            "sweep": {"cache.host_ratio": [0.5, 2.0]}}
+    sc = write_yaml(tmp_path / "t.yaml", data)
+    out = tmp_path / "sw"
+    r = invoke("sweep", sc, "--out", out, "--workers", "1")
+    assert r.exit_code == 0, r.output
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert table["ttft_s.p50"].notna().all() and (table["ttft_s.p99"] >= table["ttft_s.p50"]).all()
+    assert (out / "ttft_vs_ratio.png").stat().st_size > 5000
