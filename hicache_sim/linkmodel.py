@@ -2,10 +2,11 @@
 
 A transfer of ``bytes`` made of ``segments`` contiguous pieces takes, alone on its link,
 
-    latency + segments * segment_overhead + bytes / (bandwidth * eff(bytes / segments)),
+    launches * latency + segments * segment_overhead + bytes / (bandwidth * eff(bytes / segments)),
     eff(s) = s / (s + half_efficiency_bytes),
 
-so efficiency rises with the contiguous piece size (small per-layer page pieces run far below peak,
+where ``launches`` counts copy operations (a layer-by-layer load issues one per layer), so
+efficiency rises with the contiguous piece size (small per-layer page pieces run far below peak,
 >= 2 MB pieces near it), and the direct io backend pays a per-piece launch cost the kernel backend
 does not. The world shares the bandwidth term between concurrent transfers of one direction.
 """
@@ -30,9 +31,9 @@ class LinkParams:
             return 1.0
         return segment_bytes / (segment_bytes + self.half_efficiency_bytes)
 
-    def fixed_time(self, segments: int) -> float:
-        """Seconds that do not depend on bandwidth (latency and per-piece cost)."""
-        return self.latency_s + segments * self.segment_overhead_s
+    def fixed_time(self, segments: int, launches: int = 1) -> float:
+        """Seconds that do not depend on bandwidth: latency per copy operation, cost per piece."""
+        return launches * self.latency_s + segments * self.segment_overhead_s
 
     def effective_bytes(self, nbytes: float, segments: int) -> float:
         """Bytes as the link experiences them: ``bytes / efficiency`` (what shares the bandwidth)."""
@@ -40,9 +41,9 @@ class LinkParams:
             return 0.0
         return nbytes / self.efficiency(nbytes / max(1, segments))
 
-    def time(self, nbytes: float, segments: int) -> float:
-        """Seconds for one transfer alone on the link."""
-        return self.fixed_time(segments) + self.effective_bytes(nbytes, segments) / self.bandwidth_Bps
+    def time(self, nbytes: float, segments: int, launches: int = 1) -> float:
+        """Seconds for one transfer of ``launches`` copy operations (e.g. one per layer) alone on the link."""
+        return self.fixed_time(segments, launches) + self.effective_bytes(nbytes, segments) / self.bandwidth_Bps
 
     def as_dict(self) -> dict:
         return asdict(self)

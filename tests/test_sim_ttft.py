@@ -28,12 +28,14 @@ def _host_hit_world() -> Workload:
 
 
 def _load_cost(r) -> tuple[float, float]:
-    """(latency, seconds of link time) of loading LOADED pages, from first principles."""
+    """(latency, seconds of link time) of loading LOADED pages, from first principles: one copy per
+    layer, the first copy's latency up front, the other layers' latencies as link time."""
     h2d = r.links["h2d"]
     page_bytes = PAGE * r.bytes_per_token  # 8 MiB for Llama-3.1-8B
     piece = page_bytes / (r.model.num_layers * 2)  # page_first: one piece per page, layer and K/V
     eff = piece / (piece + h2d.half_efficiency_bytes)
-    return h2d.latency_s, LOADED * page_bytes / (h2d.bandwidth_Bps * eff)
+    extra = (r.model.num_layers - 1) * h2d.latency_s
+    return h2d.latency_s, extra + LOADED * page_bytes / (h2d.bandwidth_Bps * eff)
 
 
 def _row(res, rid: str) -> dict:

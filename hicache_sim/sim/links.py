@@ -74,18 +74,20 @@ class Link:
 
     # ------------------------------------------------------------------------------ submitting
 
-    def cost(self, nbytes: int, segments: int) -> tuple[float, float]:
-        """(latency, work) seconds of a transfer alone on this link."""
+    def cost(self, nbytes: int, segments: int, launches: int = 1) -> tuple[float, float]:
+        """(latency, work) seconds of a transfer alone on this link. A transfer of several copy
+        operations (one per layer) pays the first one's latency up front and the others' as link time."""
         p = self.params
-        work = segments * p.segment_overhead_s + p.effective_bytes(nbytes, segments) / p.bandwidth_Bps
+        work = ((launches - 1) * p.latency_s + segments * p.segment_overhead_s
+                + p.effective_bytes(nbytes, segments) / p.bandwidth_Bps)
         return p.latency_s, work
 
     def submit(self, nbytes: int, segments: int, on_done: Callable[[Flow], None] | None = None, *,
                milestones: int = 0, on_milestone: Callable[[Flow, int, float], None] | None = None,
-               tag: object = None) -> Flow:
+               tag: object = None, launches: int = 1) -> Flow:
         """Start a transfer now (mutates). ``on_done(flow)`` runs at its completion; with
         ``milestones = k`` ``on_milestone(flow, i, t)`` runs when fraction (i + 1) / k has arrived."""
-        latency, work = self.cost(nbytes, segments)
+        latency, work = self.cost(nbytes, segments, launches)
         flow = Flow(self._next_id, nbytes, latency, work, on_done, milestones, on_milestone,
                     submit_s=self.env.now, tag=tag)
         self._next_id += 1

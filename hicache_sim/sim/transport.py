@@ -110,8 +110,9 @@ class Transport:
                 self.on_ack(t)
             load.done.succeed()
 
+        # SGLang issues one copy per layer: each pays the per-operation latency (as the replay measures).
         self.links["h2d"].submit(nbytes, self.layout.segments(pages), finished, milestones=self.layout.num_layers,
-                                 on_milestone=milestone, tag=transfers)
+                                 on_milestone=milestone, tag=transfers, launches=self.layout.num_layers)
         return load
 
     # ----------------------------------------------------------------------------- internals
