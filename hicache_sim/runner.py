@@ -111,10 +111,12 @@ def run_timed_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
 
 
 def simulate(sc: Scenario, *, base_dir: str | Path | None = None, check_invariants: bool = False,
-             progress: Callable[[int], None] | None = None, record_transfers: bool | None = None) -> RunOutput:
-    """Resolve and run a scenario in memory."""
+             progress: Callable[[int], None] | None = None, record_transfers: bool | None = None,
+             workload: Workload | None = None) -> RunOutput:
+    """Resolve and run a scenario in memory (``workload``: already built by the caller, e.g. to size a
+    progress bar; built from the scenario otherwise)."""
     r = resolve(sc, strict=check_invariants)
-    wl = build_workload(sc, r.cache.page_size, base_dir)
+    wl = workload if workload is not None else build_workload(sc, r.cache.page_size, base_dir)
     record = sc.metrics.transfer_log if record_transfers is None else record_transfers
     runner = run_timed_scenario if sc.mode == "timed" else run_instant_scenario
     return runner(r, wl, check_invariants=check_invariants, progress=progress, record_transfers=record)

@@ -7,7 +7,6 @@ Units in names: ``*_tokens``, ``*_gb`` (1e9 bytes), ``*_gbps`` (1e9 bytes/s), ``
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -133,6 +132,16 @@ class HardwareSpec(_Strict):
 # ------------------------------------------------------------------------------------------ cache
 
 
+# CacheSpec fields whose value must name an entry of a registry.
+_REGISTRY_FIELDS = {
+    "write_policy": WRITE_POLICIES,
+    "host_eviction": HOST_EVICTION_RULES,
+    "eviction_policy": EVICTION_STRATEGIES,
+    "prefetch_policy": PREFETCH_STOP_POLICIES,
+    "storage_backend": STORAGE,
+}
+
+
 class CacheSpec(_Strict):
     page_size: int = Field(64, gt=0, description="tokens per page")
     device_tokens: int | None = Field(None, gt=0, description="device KV pool, tokens (default: from GPU memory)")
@@ -163,30 +172,13 @@ class CacheSpec(_Strict):
     host_backup_eviction: Literal["full_retry", "shortfall"] | None = Field(None, description="override")
     prefetch_flow: Literal["prealloc", "after_hit"] | None = Field(None, description="override")
 
-    @field_validator("write_policy")
+    @field_validator(*_REGISTRY_FIELDS)
     @classmethod
-    def _wp(cls, v: str) -> str:
-        return _in_registry(WRITE_POLICIES, v)
-
-    @field_validator("host_eviction")
-    @classmethod
-    def _he(cls, v: str) -> str:
-        return _in_registry(HOST_EVICTION_RULES, v)
-
-    @field_validator("eviction_policy")
-    @classmethod
-    def _ep(cls, v: str) -> str:
-        return _in_registry(EVICTION_STRATEGIES, v)
-
-    @field_validator("prefetch_policy")
-    @classmethod
-    def _pp(cls, v: str) -> str:
-        return _in_registry(PREFETCH_STOP_POLICIES, v)
-
-    @field_validator("storage_backend")
-    @classmethod
-    def _sb(cls, v: str) -> str:
-        return v if v == "none" else _in_registry(STORAGE, v)
+    def _registered(cls, v: str, info) -> str:
+        """Policy names come from the core's registries (the same ones the CLI help lists)."""
+        if info.field_name == "storage_backend" and v == "none":
+            return v
+        return _in_registry(_REGISTRY_FIELDS[info.field_name], v)
 
     @model_validator(mode="after")
     def _one_host_size(self) -> CacheSpec:
@@ -537,10 +529,6 @@ def resolve_builtin(path: str | Path, kind: str) -> Path:
 def scenario_dump(sc: Scenario) -> dict:
     """The resolved scenario as plain data (written beside results)."""
     return sc.model_dump(mode="json")
-
-
-def tokens_to_pages(tokens: int, page_size: int) -> int:
-    return math.ceil(tokens / page_size)
 
 
 __all__ = [

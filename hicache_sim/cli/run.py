@@ -8,6 +8,7 @@ import typer
 
 from ..runner import simulate, write_outputs
 from ..scenario import load_scenario, resolve_builtin
+from ..workloads.build import build_workload
 from . import app
 from .common import progress_bar, user_errors
 
@@ -30,10 +31,10 @@ def run(
         sc = load_scenario(scenario, set_)
         base = resolve_builtin(scenario, "scenarios").parent
         folder = out or Path("results") / sc.name
-        n = _count_requests(sc, base)
-        with progress_bar(n, f"{sc.name} ({sc.mode})") as bar:
+        wl = build_workload(sc, sc.cache.page_size, base)
+        with progress_bar(len(wl.requests), f"{sc.name} ({sc.mode})") as bar:
             result = simulate(sc, base_dir=base, check_invariants=check_invariants,
-                              progress=lambda i: bar.advance())
+                              progress=lambda i: bar.advance(), workload=wl)
     for w in result.resolved.warnings:
         typer.echo(f"warning: {w}", err=True)
     write_outputs(result, folder, figures=not no_figures)
@@ -46,11 +47,3 @@ def run(
     typer.echo(line)
     typer.echo(f"wrote {folder}")
 
-
-def _count_requests(sc, base) -> int:
-    from ..workloads.build import build_workload
-
-    try:
-        return len(build_workload(sc, sc.cache.page_size, base).requests)
-    except Exception:  # counted again (with a proper error) by simulate
-        return 0
