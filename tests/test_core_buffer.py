@@ -155,6 +155,18 @@ def test_write_backlog_is_capped_at_twice_the_device_pool():
     check(c)
 
 
+def staged_prefetch():
+    """A buffer_only cache whose request "r" has 20 prefetched pages parked (all in storage)."""
+    c = buffer_cache(host_pages=40)
+    keys = list(range(100, 120))
+    c.storage.put(chain_hashes(None, keys))
+    c.prefetch("r", c.root, keys, 0.0)
+    c.prefetch_query("r")
+    c.drain()
+    c.check_prefetch_progress("r", 100.0)
+    return c, keys
+
+
 def test_staged_prefetch_is_consumed_at_admission():
     c = buffer_cache(host_pages=40)
     keys = list(range(100, 120))
@@ -181,26 +193,14 @@ def test_staged_prefetch_is_consumed_at_admission():
 
 
 def test_staged_prefetch_of_an_aborted_request_is_freed():
-    c = buffer_cache(host_pages=40)
-    keys = list(range(100, 120))
-    c.storage.put(chain_hashes(None, keys))
-    c.prefetch("r", c.root, keys, 0.0)
-    c.prefetch_query("r")
-    c.drain()
-    c.check_prefetch_progress("r", 100.0)
+    c, _ = staged_prefetch()
     c.release_staged_prefetch("r")
     assert c.host.used() == 0 and not c.staged_prefetch
     check(c)
 
 
 def test_staged_prefetch_that_no_longer_fits_the_match_is_dropped():
-    c = buffer_cache(host_pages=40)
-    keys = list(range(100, 120))
-    c.storage.put(chain_hashes(None, keys))
-    c.prefetch("r", c.root, keys, 0.0)
-    c.prefetch_query("r")
-    c.drain()
-    c.check_prefetch_progress("r", 100.0)
+    c, keys = staged_prefetch()
     put(c, keys[:4])  # meanwhile the request's match moved below the anchor
     flush_all(c)
     st = c.begin_request("r", keys, 20)

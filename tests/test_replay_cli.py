@@ -11,18 +11,7 @@ from conftest import assert_user_error, invoke
 
 torch = pytest.importorskip("torch")
 
-
-
-TINY = {
-    "name": "tiny-replay", "seed": 1, "mode": "instant",
-    "model": {"num_layers": 2, "attention": "mha", "num_kv_heads": 1, "head_dim": 32, "params_b": 0.01},
-    "cache": {"page_size": 16, "device_tokens": 4096, "host_ratio": 4, "write_policy": "write_through"},
-    "scheduler": {"chunked_prefill_size": None},
-    "workload": {"kind": "multiturn", "multiturn": {"num_clients": 8, "num_rounds": 3, "request_length": 256,
-                                                    "output_length": 32}},
-}
-
-
+from test_replay_executor import TINY  # noqa: E402  (the same tiny scenario as the executor tests)
 
 
 @pytest.fixture
