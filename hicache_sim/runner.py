@@ -4,9 +4,6 @@ the result folder atomically (a temporary folder renamed into place: never half-
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +13,7 @@ import yaml
 
 from . import __version__
 from .instant import run_instant
+from .outputs import staged_folder
 from .scenario import Resolved, Scenario, resolve, scenario_dump
 from .summary import build_summary
 from .workloads.build import build_workload
@@ -123,43 +121,45 @@ def simulate(sc: Scenario, *, base_dir: str | Path | None = None, check_invarian
 
 
 def versions() -> dict:
+    """Library versions of this process: written to ``environment.json`` (not tracked in git), so that
+    committed result folders do not change with the machine that re-made them."""
+    import sys
+
     import numpy
+    import pyarrow
     import pydantic
     import simpy
 
-    return {"hicache_sim": __version__, "python": ".".join(map(str, __import__("sys").version_info[:3])),
-            "numpy": numpy.__version__, "pandas": pd.__version__, "simpy": simpy.__version__,
-            "pydantic": pydantic.__version__}
+    return {"hicache_sim": __version__, "python": ".".join(map(str, sys.version_info[:3])),
+            "numpy": numpy.__version__, "pandas": pd.__version__, "pyarrow": pyarrow.__version__,
+            "simpy": simpy.__version__, "pydantic": pydantic.__version__}
+
+
+def write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Parquet without the pandas-version metadata block (a table, not a record of the writer)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+    pq.write_table(table, path)
 
 
 def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) -> Path:
-    """Write the result folder atomically: build it beside ``out_dir``, then swap it in."""
+    """Write the result folder atomically (built beside ``out_dir``, then swapped in). The caller checks
+    ``out_dir`` first with :func:`hicache_sim.outputs.check_target`."""
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with staged_folder(out_dir, "run") as tmp:
         (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2) + "\n", encoding="utf-8")
-        out.requests.to_parquet(tmp / "requests.parquet", index=False)
-        out.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
+        write_parquet(out.requests, tmp / "requests.parquet")
+        write_parquet(out.timeseries, tmp / "timeseries.parquet")
         if out.transfers is not None:
-            out.transfers.to_parquet(tmp / "transfers.parquet", index=False)
-        resolved = {"scenario": scenario_dump(out.resolved.scenario), "versions": versions(),
+            write_parquet(out.transfers, tmp / "transfers.parquet")
+        resolved = {"scenario": scenario_dump(out.resolved.scenario), "hicache_sim_version": __version__,
                     "resolved_sizes": out.summary["sizes"]}
         (tmp / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+        (tmp / "environment.json").write_text(json.dumps(versions(), indent=2) + "\n", encoding="utf-8")
         if figures:
             from .plots import run_figures
 
             run_figures(out.resolved.scenario.name, out.summary["mode"], out.requests, out.timeseries, tmp)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir

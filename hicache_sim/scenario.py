@@ -32,7 +32,8 @@ class ScenarioError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Infinity and NaN are never a size, a rate or a fraction: refuse them at the field.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 def _in_registry(registry, value: str) -> str:
@@ -222,6 +223,12 @@ class MultiturnSpec(_Strict):
     round_barrier: bool = Field(False, description="round r+1 starts when every client finished round r")
     range_ratio: float = Field(1.0, gt=0, le=1, description="lengths vary uniformly in [ratio x L, L]")
 
+    def size_estimate(self) -> tuple[int, int]:
+        """(requests, prompt tokens summed over them): round r's prompt holds r + 1 questions and r answers."""
+        rounds = self.num_rounds
+        per_client = self.request_length * rounds * (rounds + 1) // 2 + self.output_length * rounds * (rounds - 1) // 2
+        return self.num_clients * self.num_rounds, self.num_clients * per_client
+
 
 class SharedPrefixSpec(_Strict):
     num_groups: int = Field(32, gt=0)
@@ -230,6 +237,10 @@ class SharedPrefixSpec(_Strict):
     question_length: int = Field(128, gt=0)
     output_length: int = Field(128, gt=0)
     request_rate: float = Field(4.0, gt=0)
+
+    def size_estimate(self) -> tuple[int, int]:
+        n = self.num_groups * self.prompts_per_group
+        return n, n * (self.system_prompt_length + self.question_length)
 
 
 class LongContextSpec(_Strict):
@@ -241,6 +252,10 @@ class LongContextSpec(_Strict):
     request_rate: float = Field(1.0, gt=0)
     order: Literal["grouped", "round_robin"] = Field("round_robin")
 
+    def size_estimate(self) -> tuple[int, int]:
+        n = self.num_documents * self.queries_per_document
+        return n, n * (self.context_length + self.question_length)
+
 
 class PoissonSpec(_Strict):
     num_requests: int = Field(1000, gt=0)
@@ -251,6 +266,9 @@ class PoissonSpec(_Strict):
     num_prefixes: int = Field(8, gt=0)
     lengths_from: str | None = Field(None, description="azure trace file or builtin: for arrivals and lengths")
 
+    def size_estimate(self) -> tuple[int, int]:
+        return self.num_requests, self.num_requests * self.input_length
+
 
 class WorkloadSpec(_Strict):
     kind: Literal["trace", "multiturn", "shared_prefix", "long_context", "poisson_synthetic"] = "trace"
@@ -260,6 +278,12 @@ class WorkloadSpec(_Strict):
     shared_prefix: SharedPrefixSpec = Field(default_factory=SharedPrefixSpec)
     long_context: LongContextSpec = Field(default_factory=LongContextSpec)
     poisson_synthetic: PoissonSpec = Field(default_factory=PoissonSpec)
+
+
+# A generated workload holds one key per prompt page of every request in memory (about 100 bytes
+# each with its list slot): 20 million pages is about 2 GB, the most a laptop run should take.
+MAX_GENERATED_PAGES = 20_000_000
+MAX_GENERATED_REQUESTS = 10_000_000
 
 
 class MetricsSpec(_Strict):
@@ -282,6 +306,42 @@ class Scenario(_Strict):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values")
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_values_distinct(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """A value listed twice would run the same point twice (or, resumed, once under two rows)."""
+        for key, values in v.items():
+            seen: list[Any] = []
+            for value in values:
+                if value in seen:
+                    raise ValueError(f"key {key!r} lists the value {value!r} twice")
+                seen.append(value)
+        return v
+
+    @model_validator(mode="after")
+    def _workload_fits_memory(self) -> Scenario:
+        """A generated workload is built in memory before anything runs: refuse one that cannot fit."""
+        kind = self.workload.kind
+        spec = getattr(self.workload, kind, None)
+        if kind == "trace" or not hasattr(spec, "size_estimate"):
+            return self
+        n, tokens = spec.size_estimate()
+        pages = -(-tokens // self.cache.page_size)
+        if n > MAX_GENERATED_REQUESTS or pages > MAX_GENERATED_PAGES:
+            raise ValueError(f"workload.{kind}: would generate {n:,} requests of {pages:,} prompt pages in all; "
+                             f"at most {MAX_GENERATED_REQUESTS:,} requests and {MAX_GENERATED_PAGES:,} pages "
+                             "(lower the counts or lengths, or raise cache.page_size)")
+        return self
+
+    @model_validator(mode="after")
+    def _chunk_holds_a_page(self) -> Scenario:
+        """SGLang truncates a chunk to whole pages: a chunk budget below one page admits nothing."""
+        chunk, page = self.scheduler.chunked_prefill_size, self.cache.page_size
+        if chunk is not None and chunk < page:
+            raise ValueError(f"scheduler.chunked_prefill_size ({chunk}) is smaller than cache.page_size ({page}): "
+                             "no chunk could hold one page; raise the chunk size or lower the page size")
+        return self
 
     @field_validator("model", mode="before")
     @classmethod
@@ -324,6 +384,19 @@ def model_dims(model: ModelPreset, dtype: str) -> ModelDims:
                      qk_rope_head_dim=model.qk_rope_head_dim, dtype=dtype)
 
 
+def check_tp(model: ModelPreset, tp: int) -> None:
+    """SGLang's tensor-parallel rule: attention heads split evenly over the ranks, and KV heads either
+    split evenly or (more ranks than KV heads) replicated a whole number of times."""
+    if model.q_heads % tp:
+        raise ConfigError("hardware.tp", f"{tp} does not divide the {model.q_heads} attention heads of "
+                                         f"{model.name}; SGLang refuses it")
+    if model.attention == "mha":
+        kv = model.num_kv_heads
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            raise ConfigError("hardware.tp", f"{tp} neither divides nor is a multiple of the {kv} KV heads of "
+                                             f"{model.name}; SGLang refuses it")
+
+
 def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     """Sizes in pages, policies, link and storage parameters. Raises ConfigError on an impossible mix."""
     try:
@@ -331,16 +404,23 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     except ValueError as e:
         raise ConfigError("model", str(e)) from None
     gpu = GPUS.get(sc.hardware.gpu)
+    check_tp(model, sc.hardware.tp)
     dims = model_dims(model, sc.model.dtype)
     bpt = kv_bytes_per_token(dims, sc.hardware.tp)
     c = sc.cache
     page = c.page_size
     warnings: list[str] = []
+    weights = model.params_b * 1e9 * 2 / sc.hardware.tp
+    budget = gpu.memory_gb * 1e9 * sc.hardware.mem_fraction_static - weights
     if c.device_tokens is not None:
         device_tokens = c.device_tokens // page * page
+        if device_tokens * bpt > budget:
+            warnings.append(
+                f"device pool of {device_tokens} tokens is {device_tokens * bpt / 1e9:.1f} GB per GPU, more than "
+                f"the {max(budget, 0) / 1e9:.1f} GB a {gpu.name} leaves for KV ({sc.hardware.mem_fraction_static} x "
+                f"{gpu.memory_gb} GB less {weights / 1e9:.1f} GB of weights): no such GPU holds it "
+                f"(raise hardware.tp or lower cache.device_tokens)")
     else:
-        weights = model.params_b * 1e9 * 2 / sc.hardware.tp
-        budget = gpu.memory_gb * 1e9 * sc.hardware.mem_fraction_static - weights
         if budget <= 0:
             raise ConfigError("hardware.mem_fraction_static",
                               f"weights of {model.name} ({weights / 1e9:.1f} GB per rank) do not fit in "
@@ -438,31 +518,46 @@ def validation_message(path: str, err: ValidationError) -> str:
     """One line: file, field and what was expected (first error; the count of others)."""
     first = err.errors()[0]
     loc = _fmt_loc(first.get("loc", ()))
-    msg = first.get("msg", "invalid")
+    msg = first.get("msg", "invalid").removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
         msg = "unknown key"
     more = len(err.errors()) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return f"{path}: {loc or '<root>'}: {msg}{tail}"
+    return f"{path}: {loc}: {msg}{tail}" if loc else f"{path}: {msg}{tail}"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``a.b.c=value`` -> (['a','b','c'], YAML-parsed value)."""
+    """``a.b.c=value`` -> (['a','b','c'], YAML-parsed value). An empty value is refused: it would
+    silently unset the field."""
     if "=" not in text:
         raise ScenarioError(f"--set {text!r}: expected dotted.key=value")
     key, raw = text.split("=", 1)
     parts = [k for k in key.strip().split(".") if k]
     if not parts:
         raise ScenarioError(f"--set {text!r}: empty key")
+    if not raw.strip():
+        raise ScenarioError(f"--set {text!r}: empty value; expected a value (null unsets an optional field)")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml.safe_load(raw)
     except yaml.YAMLError:
         value = raw
     return parts, value
 
 
+def _merge(into: dict, value: dict) -> None:
+    """Deep-merge ``value`` into ``into`` (mutates): a mapping given to --set updates a section, it
+    does not replace it."""
+    for k, v in value.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+
+
 def apply_override(data: dict, parts: list[str], value: Any) -> None:
-    """Set a dotted key in a nested dict, creating mappings on the way (mutates ``data``)."""
+    """Set a dotted key in a nested dict, creating mappings on the way (mutates ``data``). A mapping
+    value is merged into an existing mapping (``--set 'cache={host_ratio: 2}'`` keeps the other cache
+    keys)."""
     node = data
     for p in parts[:-1]:
         nxt = node.get(p)
@@ -473,23 +568,37 @@ def apply_override(data: dict, parts: list[str], value: Any) -> None:
         if not isinstance(nxt, dict):
             raise ScenarioError(f"--set {'.'.join(parts)}: {p} is not a mapping")
         node = nxt
-    node[parts[-1]] = value
+    last = parts[-1]
+    if isinstance(value, dict) and isinstance(node.get(last), dict):
+        _merge(node[last], value)
+    elif isinstance(value, dict) and isinstance(node.get(last), str) and last == "model":
+        node[last] = {"preset": node[last], **value}
+    else:
+        node[last] = value
 
 
 def load_scenario_data(path: str | Path) -> dict:
     """Read a scenario YAML into a dict (``builtin:NAME`` reads a scenario shipped with the package)."""
     p = resolve_builtin(path, "scenarios")
+    if p.is_dir():
+        raise ScenarioError(f"{path}: is a folder; expected a scenario YAML file")
     if not p.is_file():
         raise ScenarioError(f"{path}: scenario file not found")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {e.start}); expected a scenario YAML file") from None
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read ({(e.strerror or type(e).__name__).lower()})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise ScenarioError(f"{path}{where}: YAML syntax error: {problem}") from None
     if data is None:
-        data = {}
+        raise ScenarioError(f"{path}: empty scenario; expected a mapping (name, model, cache, workload, ...)")
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping at the top level")
     return data

@@ -4,11 +4,8 @@ table with the standard figures."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -17,19 +14,16 @@ from typing import Any
 
 import pandas as pd
 
-from .scenario import ScenarioError, build_scenario
+from .identity import computed_part, differing_keys, digest, point_identity
+from .outputs import OutputError, apply_umask, prepare_folder, write_text_atomic
+from .scenario import ScenarioError, build_scenario, scenario_dump
 
 
 @dataclass(frozen=True)
 class Point:
-    """One grid point: its overrides (dotted key -> value) and a stable id."""
+    """One grid point: its overrides (dotted key -> value), in grid order."""
 
     overrides: tuple[tuple[str, Any], ...]
-
-    @property
-    def id(self) -> str:
-        blob = json.dumps([[k, v] for k, v in self.overrides], sort_keys=True, default=str)
-        return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     def as_set_args(self) -> list[str]:
         return [f"{k}={json.dumps(v)}" for k, v in self.overrides]
@@ -71,11 +65,11 @@ def run_point(base: dict, source: str, overrides: list[str], base_dir: str | Non
     return row
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+class SweepFolderError(OutputError):
+    """A sweep folder that cannot be resumed as asked (made from another base scenario)."""
+
+
+MANIFEST = "sweep.json"
 
 
 @dataclass
@@ -86,50 +80,145 @@ class SweepResult:
     folder: Path
 
 
-def run_sweep(base: dict, source: str, out_dir: Path, *, set_args: Iterable[str] = (), workers: int = 1,
-              dask_scheduler: str | None = None, base_dir: str | None = None,
-              on_point: Callable[[], None] | None = None) -> SweepResult:
-    """Run every grid point not already done in ``out_dir/points`` and gather the table.
+@dataclass(frozen=True)
+class PlannedPoint:
+    """A grid point with its fully resolved identity and the file its result lives in."""
 
-    ``set_args`` apply to every point before the point's own overrides. Validation of every point
-    happens before anything runs, so a bad value fails fast and writes nothing.
-    """
+    point: Point
+    set_args: list[str]
+    identity: dict
+
+    @property
+    def file_id(self) -> str:
+        return digest(self.identity)
+
+
+def plan(base: dict, source: str, set_args: Iterable[str] = (), base_dir: str | None = None) -> list[PlannedPoint]:
+    """Validate every point (a bad value fails here, before any work) and resolve its identity."""
     set_args = list(set_args)
     sc = build_scenario(base, source, set_args)
-    points = grid(sc.sweep)
-    for p in points:  # fail fast on a bad grid value, before any work
-        build_scenario({k: v for k, v in base.items() if k != "sweep"}, source, [*set_args, *p.as_set_args()])
-    points_dir = out_dir / "points"
-    points_dir.mkdir(parents=True, exist_ok=True)
-    todo = [p for p in points if not (points_dir / f"{p.id}.json").exists()]
-    skipped = len(points) - len(todo)
+    data = {k: v for k, v in base.items() if k != "sweep"}
+    out = []
+    for p in grid(sc.sweep):
+        args = [*set_args, *p.as_set_args()]
+        point_sc = build_scenario(data, source, args)
+        out.append(PlannedPoint(p, args, point_identity(scenario_dump(point_sc), base_dir)))
+    return out
 
-    def save(p: Point, row: dict) -> None:
-        row = {"point": p.id, **{k: v for k, v in p.overrides}, **row}
-        _write_atomic(points_dir / f"{p.id}.json", json.dumps(row, indent=1, default=str) + "\n")
-        if on_point is not None:
-            on_point()
 
-    jobs = [(p, [*set_args, *p.as_set_args()]) for p in todo]
-    if dask_scheduler:
-        from dask.distributed import Client
+def _base_record(base: dict, source: str, set_args: list[str]) -> dict:
+    """What the folder was made from: the base scenario (with --set), less the grid and swept keys."""
+    sc = build_scenario(base, source, set_args)
+    dump = computed_part(scenario_dump(sc))
+    for key in sc.sweep:
+        node = dump
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(parts[-1], None)
+    return dump
 
-        with Client(dask_scheduler) as client:
-            futs = {client.submit(run_point, base, source, args, base_dir, pure=False): p for p, args in jobs}
+
+def check_resumable(out_dir: Path, base: dict, source: str, set_args: Iterable[str] = ()) -> None:
+    """Refuse to resume into a sweep folder made from another base scenario (names the keys that differ)."""
+    manifest = out_dir / MANIFEST
+    if not manifest.is_file():
+        return
+    try:
+        before = json.loads(manifest.read_text(encoding="utf-8")).get("base_scenario")
+    except (OSError, ValueError):
+        before = None
+    now = _base_record(base, source, list(set_args))
+    if before is None:
+        raise SweepFolderError(f"{out_dir}: {MANIFEST} is unreadable; use --force to recompute every point")
+    diff = differing_keys(before, now)
+    if diff:
+        shown = ", ".join(diff[:4]) + (f" and {len(diff) - 4} more" if len(diff) > 4 else "")
+        raise SweepFolderError(f"{out_dir}: made from another base scenario (differs in {shown}); "
+                               "use --force to recompute every point, or name another folder")
+
+
+def connect_dask(address: str, timeout_s: float = 10.0):
+    """A Dask client, or one line saying no scheduler answered (before anything is written)."""
+    from dask.distributed import Client
+
+    try:
+        return Client(address, timeout=f"{timeout_s}s")
+    except (OSError, TimeoutError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SweepFolderError(f"--dask-scheduler {address}: no scheduler answered within {timeout_s:g} s "
+                               f"({first[:120]})") from None
+
+
+def run_sweep(base: dict, source: str, out_dir: Path, *, set_args: Iterable[str] = (), workers: int = 1,
+              dask_scheduler: str | None = None, base_dir: str | None = None, force: bool = False,
+              on_point: Callable[[], None] | None = None) -> SweepResult:
+    """Run every grid point whose result is not already in ``out_dir/points`` and gather the table.
+
+    ``set_args`` apply to every point before the point's own overrides. A point's result is reused
+    only when its identity (resolved scenario, input files, code) is the same; a folder made from
+    another base scenario is refused unless ``force`` (which recomputes every point). Every point is
+    validated, and the Dask scheduler reached, before anything is written.
+    """
+    set_args = list(set_args)
+    planned = plan(base, source, set_args, base_dir)
+    if not force:
+        check_resumable(out_dir, base, source, set_args)
+    client = connect_dask(dask_scheduler) if dask_scheduler else None
+    try:
+        points_dir = out_dir / "points"
+        prepare_folder(out_dir, "sweep")
+        if force and points_dir.is_dir():
+            for f in points_dir.glob("*.json"):
+                f.unlink()
+        points_dir.mkdir(exist_ok=True)
+        apply_umask(points_dir, directory=True)
+        manifest = {"source": source, "set": set_args, "base_scenario": _base_record(base, source, set_args)}
+        write_text_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n")
+        todo = [p for p in planned if not _done(points_dir, p)]
+        skipped = len(planned) - len(todo)
+
+        def save(p: PlannedPoint, row: dict) -> None:
+            row = {"point": p.file_id, **dict(p.point.overrides), **row, "identity": p.identity}
+            write_text_atomic(points_dir / f"{p.file_id}.json", json.dumps(row, indent=1, default=str) + "\n")
+            if on_point is not None:
+                on_point()
+
+        if client is not None:
             from dask.distributed import as_completed as dask_completed
 
+            futs = {client.submit(run_point, base, source, p.set_args, base_dir, pure=False): p for p in todo}
             for fut in dask_completed(futs):
                 save(futs[fut], fut.result())
-    elif workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as ex:
-            futs = {ex.submit(run_point, base, source, args, base_dir): p for p, args in jobs}
-            for fut in as_completed(futs):
-                save(futs[fut], fut.result())
-    else:
-        for p, args in jobs:
-            save(p, run_point(base, source, args, base_dir))
-    rows = [json.loads((points_dir / f"{p.id}.json").read_text(encoding="utf-8")) for p in points]
+        elif workers > 1 and len(todo) > 1:
+            with ProcessPoolExecutor(max_workers=workers) as ex:
+                futs = {ex.submit(run_point, base, source, p.set_args, base_dir): p for p in todo}
+                for fut in as_completed(futs):
+                    save(futs[fut], fut.result())
+        else:
+            for p in todo:
+                save(p, run_point(base, source, p.set_args, base_dir))
+    finally:
+        if client is not None:
+            client.close()
+    rows = []
+    for p in planned:
+        row = json.loads((points_dir / f"{p.file_id}.json").read_text(encoding="utf-8"))
+        row.pop("identity", None)
+        rows.append(row)
     table = pd.DataFrame(rows)
-    table.to_parquet(out_dir / "sweep.parquet", index=False)
-    table.to_csv(out_dir / "sweep.csv", index=False)
+    from .runner import write_parquet
+
+    write_parquet(table, out_dir / "sweep.parquet")
+    write_text_atomic(out_dir / "sweep.csv", table.to_csv(index=False))
     return SweepResult(table, len(todo), skipped, out_dir)
+
+
+def _done(points_dir: Path, p: PlannedPoint) -> bool:
+    """A point is done when its file exists and records the same identity."""
+    f = points_dir / f"{p.file_id}.json"
+    try:
+        return json.loads(f.read_text(encoding="utf-8")).get("identity") == p.identity
+    except (OSError, ValueError):
+        return False

@@ -52,7 +52,9 @@ def test_run_writes_every_output(tmp_path):
     assert s["hit_rate"]["device"] == pytest.approx(w["device_hit_tokens"].sum() / w["prompt_tokens"].sum())
     assert s["prompt_tokens"] == int(w["prompt_tokens"].sum())
     resolved = yaml.safe_load((out / "scenario.yaml").read_text())
-    assert resolved["scenario"]["cache"]["host_ratio"] == 0.5 and "versions" in resolved
+    assert resolved["scenario"]["cache"]["host_ratio"] == 0.5 and resolved["hicache_sim_version"]
+    env = json.loads((out / "environment.json").read_text())
+    assert {"hicache_sim", "python", "pydantic", "pandas", "pyarrow"} <= set(env)
 
 
 def test_run_is_deterministic_byte_for_byte(tmp_path):

@@ -6,44 +6,82 @@ from pathlib import Path
 
 import typer
 
+from ..outputs import check_target
 from ..runner import simulate, write_outputs
-from ..scenario import load_scenario, resolve_builtin
+from ..scenario import load_scenario, resolve, resolve_builtin
 from ..workloads.build import build_workload
 from . import app
-from .common import progress_bar, user_errors
+from .common import output_errors, progress_bar, user_errors
 
 DEFAULT_SCENARIO = "builtin:default"
+
+
+def summary_line(name: str, s: dict) -> str:
+    """The one-line result a user reads first: hit rate per tier, and TTFT when timed."""
+    hr = s["hit_rate"]
+    line = (f"{name}: {s['requests']} requests, token hit rate device {hr['device']:.4f} host {hr['host']:.4f} "
+            f"storage {hr['storage']:.4f} total {hr['total']:.4f}")
+    if "ttft_s" in s and s["ttft_s"]["p50"] is not None:
+        line += f", TTFT p50 {s['ttft_s']['p50']:.3f}s p99 {s['ttft_s']['p99']:.3f}s"
+    return line
+
+
+def _reasons(requests) -> str:
+    reasons = sorted({r for r in requests.get("reason", []) if r}) if len(requests) else []
+    shown = "; ".join(reasons[:2]) + (f"; and {len(reasons) - 2} more reasons" if len(reasons) > 2 else "")
+    return f" ({shown})" if shown else ""
+
+
+def rejected_warning(s: dict, requests) -> str | None:
+    """A warning when some (not all) requests were rejected: the hit rate covers only the others."""
+    rej, n = s["requests_rejected"], s["requests"]
+    if rej == 0 or s["requests_finished"] == 0:
+        return None
+    return (f"{rej} of {n} requests ({rej / n:.0%}) were rejected{_reasons(requests)}; hit rates and latencies "
+            f"cover the {s['requests_finished']} served")
+
+
+def nothing_served(s: dict, requests) -> str | None:
+    """A line saying why no request was served, or None when some were."""
+    if s["requests_finished"] > 0:
+        return None
+    return f"nothing was served: all {s['requests']} requests were rejected{_reasons(requests)}"
 
 
 @app.command()
 def run(
     scenario: str = typer.Argument(DEFAULT_SCENARIO, help="scenario YAML, or builtin:NAME (default: the "
                                                           "embedded quick scenario)"),
-    out: Path | None = typer.Option(None, "--out", help="result folder (default: results/<scenario name>)"),
-    set_: list[str] = typer.Option([], "--set", help="override a key: --set cache.host_ratio=0.5 (repeatable)"),
+    out: Path | None = typer.Option(None, "--out", help="result folder (default: results/<scenario name>); "
+                                                        "only a new, empty or hicache-sim run folder is written"),
+    set_: list[str] = typer.Option([], "--set", help="override a key: --set cache.host_ratio=0.5 (repeatable; "
+                                                     "a mapping value is merged into the section)"),
     check_invariants: bool = typer.Option(False, "--check-invariants",
                                           help="check every cache invariant after each request (slower)"),
     no_figures: bool = typer.Option(False, "--no-figures", help="skip the PNG figures"),
 ) -> None:
     """Run SCENARIO and write summary.json, requests.parquet, timeseries.parquet, figures and the
-    resolved scenario into the result folder."""
+    resolved scenario into the result folder. Exits 1 when no request could be served."""
     with user_errors(scenario):
         sc = load_scenario(scenario, set_)
+        r = resolve(sc)
         base = resolve_builtin(scenario, "scenarios").parent
-        folder = out or Path("results") / sc.name
+        folder = check_target(out or Path("results") / sc.name, "run")
         wl = build_workload(sc, sc.cache.page_size, base)
-        with progress_bar(len(wl.requests), f"{sc.name} ({sc.mode})") as bar:
+        for w in r.warnings:
+            typer.echo(f"warning: {w}", err=True)
+        with progress_bar(len(wl.requests), f"{sc.name} ({sc.mode})", unit="requests") as bar:
             result = simulate(sc, base_dir=base, check_invariants=check_invariants,
                               progress=lambda i: bar.advance(), workload=wl)
-    for w in result.resolved.warnings:
-        typer.echo(f"warning: {w}", err=True)
-    write_outputs(result, folder, figures=not no_figures)
-    s = result.summary
-    hr = s["hit_rate"]
-    line = (f"{sc.name}: {s['requests']} requests, token hit rate device {hr['device']:.4f} host {hr['host']:.4f} "
-            f"storage {hr['storage']:.4f} total {hr['total']:.4f}")
-    if "ttft_s" in s and s["ttft_s"]["p50"] is not None:
-        line += f", TTFT p50 {s['ttft_s']['p50']:.3f}s p99 {s['ttft_s']['p99']:.3f}s"
-    typer.echo(line)
-    typer.echo(f"wrote {folder}")
-
+    with output_errors(out or folder):
+        write_outputs(result, folder, figures=not no_figures)
+    partial = rejected_warning(result.summary, result.requests)
+    if partial:
+        typer.echo(f"warning: {partial}", err=True)
+    typer.echo(summary_line(sc.name, result.summary))
+    shown = out if out is not None else Path("results") / sc.name
+    typer.echo(f"wrote {shown}")
+    empty = nothing_served(result.summary, result.requests)
+    if empty:
+        typer.echo(f"error: {empty}", err=True)
+        raise typer.Exit(1)

@@ -15,9 +15,13 @@ class PagePool:
     """FIFO free list of page slots, as SGLang's allocators reuse them.
 
     ``alloc`` takes the *first* n free slots and ``free`` appends to the end, so slot reuse order
-    matches upstream. The free list is a Python list read from a moving head (``_head``) so that
-    taking n pages is one slice, not n pops; it is compacted once the consumed head is half the list.
-    With ``strict`` every free is checked against an in-use bitmap (double free raises).
+    matches upstream. Upstream's free list starts as every slot in order; here the never-used slots
+    are a counter (``_fresh``: slots below it have been handed out at least once), which always sits
+    at the front of that list, followed by the freed slots in the order they came back. The pool thus
+    costs memory for the slots in use, not for its size, so a pool of 10**12 pages (an unbounded cache)
+    is as cheap as a small one. Freed slots live in a list read from a moving head (``_head``), compacted
+    once the consumed head is half the list. With ``strict`` every free is checked against an in-use
+    bitmap over the slots handed out so far (double free raises).
     """
 
     def __init__(self, name: str, num_pages: int, *, strict: bool = False) -> None:
@@ -26,13 +30,14 @@ class PagePool:
         self.name = name
         self.size = num_pages
         self.strict = strict
-        self._free: list[int] = list(range(num_pages))
+        self._fresh = 0
+        self._free: list[int] = []
         self._head = 0
-        self._in_use = bytearray(num_pages) if strict else None
+        self._in_use = bytearray() if strict else None
 
     def available(self) -> int:
         """Free pages (read-only)."""
-        return len(self._free) - self._head
+        return self.size - self._fresh + len(self._free) - self._head
 
     def used(self) -> int:
         """Pages handed out and not yet freed (read-only)."""
@@ -40,15 +45,23 @@ class PagePool:
 
     def alloc(self, n: int) -> list[int] | None:
         """Take ``n`` pages (mutates). Returns None, changing nothing, when fewer are free."""
-        if n > len(self._free) - self._head:
+        fresh = self._fresh
+        from_fresh = min(n, self.size - fresh)
+        rest = n - from_fresh
+        if rest > len(self._free) - self._head:
             return None
-        head = self._head
-        out = self._free[head:head + n]
-        self._head = head + n
-        if self._head > 4096 and self._head * 2 > len(self._free):
-            del self._free[:self._head]
-            self._head = 0
+        out = list(range(fresh, fresh + from_fresh)) if from_fresh else []
+        self._fresh = fresh + from_fresh
+        if rest:
+            head = self._head
+            out += self._free[head:head + rest]
+            self._head = head + rest
+            if self._head > 4096 and self._head * 2 > len(self._free):
+                del self._free[:self._head]
+                self._head = 0
         if self._in_use is not None:
+            if from_fresh:
+                self._in_use.extend(bytes(from_fresh))
             for p in out:
                 self._in_use[p] = 1
         return out
@@ -58,14 +71,23 @@ class PagePool:
         if self._in_use is not None:
             pages = list(pages)
             for p in pages:
-                if not 0 <= p < self.size or not self._in_use[p]:
+                if not 0 <= p < self._fresh or not self._in_use[p]:
                     raise CacheStateError(f"{self.name} pool: page {p} freed but not in use")
                 self._in_use[p] = 0
         self._free.extend(pages)
 
-    def free_pages(self) -> list[int]:
-        """Copy of the free list in reuse order (read-only; for invariant checks)."""
+    @property
+    def fresh_start(self) -> int:
+        """First slot never handed out: slots from here to ``size`` are free and in order (read-only)."""
+        return self._fresh
+
+    def recycled_pages(self) -> list[int]:
+        """Copy of the freed slots in reuse order, after the never-used ones (read-only; for checks)."""
         return self._free[self._head:]
+
+    def free_pages(self) -> list[int]:
+        """Copy of the whole free list in reuse order (read-only; O(size): small pools and tests only)."""
+        return [*range(self._fresh, self.size), *self._free[self._head:]]
 
 
 class StorageIndex:

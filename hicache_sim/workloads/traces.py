@@ -35,13 +35,22 @@ def _check_page_size(path: str, block_size: int, page_size: int) -> None:
                                         "blocks (a page larger than a block cannot be formed)")
 
 
+def _utf8_lines(path: str, f):
+    """Lines of a binary file as text; a line that is not UTF-8 is an error naming it."""
+    for lineno, raw in enumerate(f, 1):
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise WorkloadError(path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
+
+
 def _read_jsonl(path: str, limit: int | None):
     p = Path(path)
     if not p.is_file():
-        raise WorkloadError(path, None, "trace file not found")
-    with p.open("r", encoding="utf-8") as f:
+        raise WorkloadError(path, None, "trace file not found" if not p.is_dir() else "is a folder, not a trace file")
+    with p.open("rb") as f:
         n = 0
-        for lineno, text in enumerate(f, 1):
+        for lineno, text in _utf8_lines(path, f):
             if not text.strip():
                 continue
             try:
@@ -113,10 +122,10 @@ def load_azure(path: str | Path, *, limit: int | None = None, time_scale: float 
     path = str(path)
     p = Path(path)
     if not p.is_file():
-        raise WorkloadError(path, None, "trace file not found")
+        raise WorkloadError(path, None, "trace file not found" if not p.is_dir() else "is a folder, not a trace file")
     rows = []
-    with p.open("r", encoding="utf-8", newline="") as f:
-        reader = csv.reader(f)
+    with p.open("rb") as f:
+        reader = csv.reader(text for _, text in _utf8_lines(path, f))
         header = next(reader, None)
         want = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
         if header != want:

@@ -1,0 +1,186 @@
+"""Result folders that never cost a user a file.
+
+A folder hicache-sim writes carries a marker file (``.hicache-sim.json``) naming what wrote it. Only
+such a folder may be replaced; an existing path that is a file, a device, or a folder holding anything
+else is refused *before* any work runs, as is the current folder or one of its parents. The target is
+probed for writability up front, so a read-only file system fails in one line instead of after a long
+simulation. Folders are built beside their target under a temporary name that carries the writer's
+pid, then swapped in; temporary folders left by a killed run (their pid no longer alive) are removed.
+New files and folders get the user's umask (``tempfile`` would give 0600/0700).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+MARKER = ".hicache-sim.json"
+_TMP_TAG = ".hicache-tmp-"
+
+
+class OutputError(ValueError):
+    """An output path hicache-sim must not or cannot write: one line naming the path and why."""
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+def apply_umask(path: Path, *, directory: bool) -> None:
+    """Give ``path`` the permissions a plain ``mkdir``/``open`` would (tempfile creates 0700/0600)."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
+def read_marker(folder: Path) -> dict | None:
+    """The marker of a folder hicache-sim wrote, or None."""
+    try:
+        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("written_by") == "hicache-sim" else None
+
+
+def write_marker(folder: Path, kind: str) -> None:
+    """Mark ``folder`` as hicache-sim's own (kind: run, sweep, ...). No versions: tracked copies stay stable."""
+    text = json.dumps({"written_by": "hicache-sim", "kind": kind}, sort_keys=True) + "\n"
+    (folder / MARKER).write_text(text, encoding="utf-8")
+    apply_umask(folder / MARKER, directory=False)
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _probe_writable(folder: Path, flag: str, shown: str) -> None:
+    """Create and remove a temporary folder inside ``folder``: the only test that root, ACLs and
+    read-only mounts all answer truthfully."""
+    try:
+        probe = tempfile.mkdtemp(prefix=f"{_TMP_TAG}probe-", dir=folder)
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise OutputError(f"{flag} {shown}: cannot write in {folder} ({reason.lower()})") from None
+    os.rmdir(probe)
+
+
+def check_target(path: str | Path, kind: str, *, flag: str = "--out") -> Path:
+    """Check, before any work, that hicache-sim may write its ``kind`` folder at ``path``.
+
+    Allowed: a new path whose nearest existing parent is a writable folder; an empty folder; a folder
+    whose marker says hicache-sim wrote a ``kind`` folder there. Refused: anything else. Returns the
+    absolute path to write.
+    """
+    shown = str(path)
+    target = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(target))
+    cwd = Path(os.path.realpath(Path.cwd()))
+    if real == cwd or real in cwd.parents:
+        raise OutputError(f"{flag} {shown}: is the current folder or one of its parents; name a new folder")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise OutputError(f"{flag} {shown}: exists and is not a folder; name a new folder")
+    if target.is_dir():
+        entries = [e for e in os.listdir(target) if not e.startswith(_TMP_TAG)]
+        if entries:
+            marker = read_marker(target)
+            if marker is None:
+                raise OutputError(f"{flag} {shown}: folder holds files hicache-sim did not write "
+                                  f"(no {MARKER}); name a new or empty folder")
+            if marker.get("kind") != kind:
+                raise OutputError(f"{flag} {shown}: holds a hicache-sim {marker.get('kind')} folder, not a "
+                                  f"{kind} folder; name another folder")
+        _probe_writable(target, flag, shown)
+        if target.parent != target:
+            _probe_writable(target.parent, flag, shown)
+        return target
+    parent = _nearest_existing(target.parent)
+    if not parent.is_dir():
+        raise OutputError(f"{flag} {shown}: {parent} is not a folder")
+    _probe_writable(parent, flag, shown)
+    return target
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(parent: Path, name: str) -> list[Path]:
+    """Remove temporary folders for ``name`` in ``parent`` whose writer process is gone (a killed run)."""
+    removed = []
+    pattern = re.compile(rf"^\.{re.escape(name)}{re.escape(_TMP_TAG)}(\d+)-")
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            m = pattern.match(entry.name)
+            if m and entry.is_dir() and not entry.is_symlink() and not _pid_alive(int(m.group(1))):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
+
+
+@contextlib.contextmanager
+def staged_folder(out_dir: str | Path, kind: str) -> Iterator[Path]:
+    """Yield a temporary folder beside ``out_dir``; on success mark it and swap it in for ``out_dir``.
+
+    The caller must have passed ``out_dir`` through :func:`check_target`. On any exception the
+    temporary folder is removed and ``out_dir`` is left as it was.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(out_dir.parent, out_dir.name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{_TMP_TAG}{os.getpid()}-", dir=out_dir.parent))
+    try:
+        apply_umask(tmp, directory=True)
+        yield tmp
+        write_marker(tmp, kind)
+        for f in tmp.rglob("*"):
+            apply_umask(f, directory=f.is_dir())
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{_TMP_TAG}{os.getpid()}-old-", dir=out_dir.parent))
+            os.rmdir(old)
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def prepare_folder(out_dir: str | Path, kind: str) -> Path:
+    """Create (or keep) ``out_dir`` as a marked ``kind`` folder written in place (sweeps resume into it).
+    The caller must have passed it through :func:`check_target`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if read_marker(out_dir) is None:
+        write_marker(out_dir, kind)
+    return out_dir
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file under a temporary name and rename it into place (never half-written), umask applied."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{_TMP_TAG}{os.getpid()}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        apply_umask(Path(tmp), directory=False)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
