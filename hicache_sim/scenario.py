@@ -31,6 +31,11 @@ class ScenarioError(ValueError):
     """Bad scenario input: one line naming the file, the field and what was expected."""
 
 
+# Simulated time is a float of seconds: a single cost beyond this makes the world's microsecond steps
+# vanish under rounding (events stop advancing time), so per-operation costs are bounded here.
+MAX_COST_US = 1e9
+
+
 class _Strict(BaseModel):
     # Infinity and NaN are never a size, a rate or a fraction: refuse them at the field.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
@@ -92,9 +97,9 @@ class PCIeSpec(_Strict):
     preset: str | None = Field(None, description="gen4 or gen5 (default: the GPU's)")
     h2d_gbps: float | None = Field(None, gt=0, description="peak host->device GB/s")
     d2h_gbps: float | None = Field(None, gt=0, description="peak device->host GB/s")
-    latency_us: float | None = Field(None, ge=0, description="fixed cost per transfer, us")
+    latency_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="fixed cost per transfer, us")
     half_efficiency_bytes: float | None = Field(None, ge=0, description="piece size at half of peak, bytes")
-    segment_overhead_us: float | None = Field(None, ge=0, description="cost per contiguous piece, us")
+    segment_overhead_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="cost per contiguous piece, us")
     sharing: Literal["processor", "fifo"] = Field(
         "processor", description="concurrent transfers of one direction share bandwidth, or queue")
 
@@ -109,7 +114,7 @@ class StorageSpec(_Strict):
 
     read_gbps: float | None = Field(None, gt=0, description="storage -> host GB/s")
     write_gbps: float | None = Field(None, gt=0, description="host -> storage GB/s")
-    latency_us: float | None = Field(None, ge=0, description="latency per batch (query or I/O), us")
+    latency_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="latency per batch (query or I/O), us")
     capacity_gb: float | None = Field(None, ge=0, description="storage capacity, GB (0: unbounded)")
 
 
@@ -119,7 +124,7 @@ class HardwareSpec(_Strict):
     mem_fraction_static: float = Field(0.88, gt=0, le=1, description="GPU memory for weights + KV pool")
     mfu: float = Field(0.5, gt=0, le=1, description="fraction of peak FLOP/s prefill reaches")
     hbm_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth decode reaches")
-    step_overhead_us: float = Field(200.0, ge=0, description="fixed cost per scheduler step, us")
+    step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
     pcie: PCIeSpec = Field(default_factory=PCIeSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     calibration: str | None = Field(None, description="calibration file (hicache-sim calibrate)")
@@ -207,7 +212,7 @@ class TraceSpec(_Strict):
     path: str = Field("builtin:mooncake/conversation_trace.jsonl", description="file, or builtin:<name>")
     format: Literal["mooncake", "bailian", "azure"] = Field("mooncake", description="trace format")
     limit: int | None = Field(None, gt=0, description="first N requests only")
-    time_scale: float = Field(1.0, gt=0, description="multiply arrival times (0.5 = twice the load)")
+    time_scale: float = Field(1.0, gt=0, le=1e6, description="multiply arrival times (0.5 = twice the load)")
 
 
 class MultiturnSpec(_Strict):
@@ -288,7 +293,7 @@ MAX_GENERATED_REQUESTS = 10_000_000
 
 class MetricsSpec(_Strict):
     warmup_fraction: float = Field(0.0, ge=0, lt=1, description="first share of requests not measured")
-    timeseries_interval_s: float = Field(1.0, gt=0, description="sampling period of time series (timed)")
+    timeseries_interval_s: float = Field(1.0, gt=1e-6, le=1e6, description="sampling period of time series (timed)")
     transfer_log: bool = Field(False, description="write transfers.parquet")
 
 

@@ -153,7 +153,7 @@ def connect_dask(address: str, timeout_s: float = 10.0):
 
 def run_sweep(base: dict, source: str, out_dir: Path, *, set_args: Iterable[str] = (), workers: int = 1,
               dask_scheduler: str | None = None, base_dir: str | None = None, force: bool = False,
-              on_point: Callable[[], None] | None = None) -> SweepResult:
+              on_point: Callable[[], None] | None = None, dask_timeout_s: float = 10.0) -> SweepResult:
     """Run every grid point whose result is not already in ``out_dir/points`` and gather the table.
 
     ``set_args`` apply to every point before the point's own overrides. A point's result is reused
@@ -165,7 +165,7 @@ def run_sweep(base: dict, source: str, out_dir: Path, *, set_args: Iterable[str]
     planned = plan(base, source, set_args, base_dir)
     if not force:
         check_resumable(out_dir, base, source, set_args)
-    client = connect_dask(dask_scheduler) if dask_scheduler else None
+    client = connect_dask(dask_scheduler, dask_timeout_s) if dask_scheduler else None
     try:
         points_dir = out_dir / "points"
         prepare_folder(out_dir, "sweep")

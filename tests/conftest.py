@@ -8,6 +8,16 @@ from typer.testing import CliRunner
 from hicache_sim.core import CacheConfig, HiCache, check
 from hicache_sim.workloads.traces import load_mooncake, vendored_trace
 
+# A small instant scenario (60 requests of the conversation trace) for CLI and bad-input tests.
+TINY_SCENARIO = {
+    "name": "tiny",
+    "mode": "instant",
+    "model": "llama-3.1-8b",
+    "cache": {"page_size": 512, "device_tokens": 512 * 300, "host_ratio": 0.5, "host_alignment": "exact"},
+    "scheduler": {"chunked_prefill_size": None},
+    "workload": {"kind": "trace", "trace": {"path": "builtin:mooncake/conversation_trace.jsonl", "limit": 60}},
+}
+
 
 def invoke(*args):
     """Run the ``hicache-sim`` CLI in-process with string arguments."""

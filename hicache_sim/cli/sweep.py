@@ -24,6 +24,8 @@ def sweep(
     workers: int = typer.Option(max(1, os.cpu_count() or 1), "--workers", help="local worker processes"),
     dask_scheduler: str | None = typer.Option(None, "--dask-scheduler",
                                               help="address of a Dask distributed scheduler (tcp://host:8786)"),
+    dask_timeout: float = typer.Option(10.0, "--dask-timeout", min=0.1,
+                                       help="seconds to wait for the Dask scheduler to answer"),
     force: bool = typer.Option(False, "--force", help="recompute every point, even into a folder made from "
                                                       "another base scenario"),
 ) -> None:
@@ -42,7 +44,8 @@ def sweep(
         base_dir = str(resolve_builtin(scenario, "scenarios").parent)
         with progress_bar(n, f"{sc.name} sweep", unit="points") as bar, output_errors(shown):
             res = run_sweep(data, scenario, folder, set_args=set_, workers=workers, dask_scheduler=dask_scheduler,
-                            base_dir=base_dir, force=force, on_point=bar.advance)
+                            base_dir=base_dir, force=force, on_point=bar.advance,
+                            dask_timeout_s=dask_timeout)
     with output_errors(shown):
         figs = sweep_figures(res.table, folder, f"{sc.name}: hit rate vs host/device ratio")
     typer.echo(f"{sc.name}: {n} points ({res.ran} run, {res.skipped} already done) -> {shown / 'sweep.parquet'}")

@@ -60,6 +60,7 @@ class RequestRecord:
 
 
 UTIL_LINKS = ("h2d", "d2h", "storage_read", "storage_write")
+MAX_GAP_SAMPLES = 1000
 
 
 class TimeSeries:
@@ -75,12 +76,20 @@ class TimeSeries:
         self.rows: list[dict] = []
         self.next_s = 0.0
         self._busy_prev = {name: 0.0 for name in UTIL_LINKS}
+        self._span = interval_s
 
     def before(self, t_next: float) -> None:
-        """Record every grid point up to ``t_next`` (the time of the event about to run)."""
+        """Record every grid point up to ``t_next`` (the time of the event about to run). Nothing changes
+        between events, so across an idle gap of more than ``MAX_GAP_SAMPLES`` grid points only its first
+        and last points are recorded: memory stays bounded whatever the simulated span."""
+        k = round(self.next_s / self.interval_s)
         while self.next_s <= t_next:
             self._sample(self.next_s)
-            self.next_s = (len(self.rows)) * self.interval_s
+            last = int(t_next // self.interval_s)
+            step = last - k if last - k > MAX_GAP_SAMPLES else 1
+            k += step
+            self._span = step * self.interval_s
+            self.next_s = k * self.interval_s
 
     def _sample(self, t: float) -> None:
         c = self.cache
@@ -89,7 +98,7 @@ class TimeSeries:
         row = {"t_s": t, "device_pages": res["device_pages"], "host_pages": res["host_pages"],
                "mirror_pages": res["mirror_pages"], "device_used_pages": c.device.used(),
                "host_used_pages": c.host.used(), "waiting": waiting, "running": running}
-        span = self.interval_s if self.rows else 0.0
+        span = self._span if self.rows else 0.0
         for name in UTIL_LINKS:
             link = self.links.get(name)
             busy = link.busy_until(t) if link is not None else 0.0

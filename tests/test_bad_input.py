@@ -1,0 +1,273 @@
+"""The standing guard for bad input: every case a user has hit (or could) gives exit code 2, exactly one
+``error:`` line naming the file, flag or field and what was expected, no traceback, nothing written and
+the user's files untouched. Add a row to a table for each new case.
+
+A hypothesis test at the end feeds values of the wrong type or range to every schema field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY_SCENARIO, assert_user_error, invoke
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TINY = TINY_SCENARIO
+CUSTOM_MODEL = {"num_layers": 4, "num_kv_heads": 6, "q_heads": 24, "head_dim": 64, "params_b": 1.0}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes (hidden ones included): what the user had."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def write_scenario(folder: Path, content) -> Path:
+    path = folder / "bad.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content), encoding="utf-8")
+    return path
+
+
+def with_(section: str, **fields) -> dict:
+    data = {**TINY, section: {**TINY.get(section, {}), **fields}}
+    return data
+
+
+# --------------------------------------------------------------------------- scenario files
+
+SCENARIO_CASES = [
+    pytest.param(b"name: x\ncache: {page_size: \xff\xfe}\n", ["bad.yaml", "not UTF-8"], id="non-utf8"),
+    pytest.param("", ["bad.yaml", "empty scenario"], id="empty-file"),
+    pytest.param("# only a comment\n", ["bad.yaml", "empty scenario"], id="comment-only"),
+    pytest.param("- 1\n- 2\n", ["bad.yaml", "mapping at the top level"], id="top-level-list"),
+    pytest.param(with_("cache", host_ratio=float("inf")), ["cache.host_ratio", "finite"], id="inf-ratio"),
+    pytest.param(with_("cache", host_ratio=float("nan")), ["cache.host_ratio", "finite"], id="nan-ratio"),
+    pytest.param({**TINY, "scheduler": {"chunked_prefill_size": 256}},
+                 ["scheduler.chunked_prefill_size (256)", "cache.page_size (512)"], id="chunk-below-page"),
+    pytest.param({**with_("cache", page_size=100_000), "scheduler": {"chunked_prefill_size": 8192}},
+                 ["chunked_prefill_size (8192)", "cache.page_size (100000)"], id="page-of-100k-tokens"),
+    pytest.param({**TINY, "hardware": {"tp": 3}}, ["hardware.tp", "32 attention heads"], id="tp-vs-heads"),
+    pytest.param({**TINY, "model": CUSTOM_MODEL, "hardware": {"tp": 4}}, ["hardware.tp", "6 KV heads"],
+                 id="tp-vs-kv-heads"),
+    pytest.param({**TINY, "sweep": {"cache.host_ratio": [0.5, 1, 0.5]}}, ["sweep", "cache.host_ratio", "twice"],
+                 id="duplicate-sweep-value"),
+    pytest.param({**TINY, "hardware": {"pcie": {"latency_us": 1e24}}}, ["hardware.pcie.latency_us", "less than"],
+                 id="cost-beyond-float-time"),
+    pytest.param({**TINY, "workload": {"kind": "multiturn", "multiturn": {"num_clients": 100_000,
+                                                                          "num_rounds": 200}}},
+                 ["workload.multiturn", "would generate"], id="workload-too-large"),
+]
+
+
+@pytest.mark.parametrize(("content", "fragments"), SCENARIO_CASES)
+@pytest.mark.parametrize("verb", ["run", "validate"])
+def test_bad_scenario(tmp_path, verb, content, fragments):
+    sc = write_scenario(tmp_path, content)
+    before = snapshot(tmp_path)
+    extra = ["--out", tmp_path / "out"] if verb == "run" else []
+    assert_user_error(invoke(verb, sc, *extra), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_scenario_path_is_a_folder(tmp_path):
+    assert_user_error(invoke("validate", tmp_path), str(tmp_path), "is a folder")
+
+
+# --------------------------------------------------------------------------- trace files
+
+TRACE_CASES = [
+    pytest.param(b'{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n\xff\xfe\n',
+                 ["trace.jsonl:2", "not UTF-8"], id="non-utf8-trace"),
+    pytest.param(b"", ["trace.jsonl", "no requests"], id="empty-trace"),
+    pytest.param(b"{not json\n", ["trace.jsonl:1", "not valid JSON"], id="bad-json"),
+]
+
+
+@pytest.mark.parametrize(("content", "fragments"), TRACE_CASES)
+def test_bad_trace(tmp_path, content, fragments):
+    (tmp_path / "trace.jsonl").write_bytes(content)
+    sc = write_scenario(tmp_path, {**TINY, "workload": {"kind": "trace", "trace": {"path": "trace.jsonl"}}})
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+# --------------------------------------------------------------------------- --set
+
+SET_CASES = [
+    pytest.param("cache.host_ratio=", ["--set 'cache.host_ratio='", "empty value"], id="empty-value"),
+    pytest.param("cache.host_ratio", ["--set 'cache.host_ratio'", "dotted.key=value"], id="no-equals"),
+    pytest.param("cache.host_ratio=.inf", ["cache.host_ratio", "finite"], id="inf"),
+    pytest.param("cache.page_size.x=1", ["cache.page_size.x", "page_size is not a mapping"], id="into-scalar"),
+    pytest.param("cache={page_sise: 64}", ["cache.page_sise", "unknown key"], id="merged-unknown-key"),
+]
+
+
+@pytest.mark.parametrize(("override", "fragments"), SET_CASES)
+def test_bad_set(tmp_path, override, fragments):
+    sc = write_scenario(tmp_path, TINY)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out", "--set", override), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_set_mapping_is_merged_not_replaced(tmp_path):
+    """``--set 'cache={...}'`` updates the named keys and keeps the section's others."""
+    sc = write_scenario(tmp_path, TINY)
+    r = invoke("validate", sc, "--set", "cache={host_ratio: 2}")
+    assert r.exit_code == 0, r.output
+    assert "300 pages" in r.output and "600 pages" in r.output  # device_tokens kept, ratio replaced
+
+
+# --------------------------------------------------------------------------- --out
+
+def _user_folder(tmp_path: Path) -> Path:
+    mine = tmp_path / "mine"
+    (mine / "src").mkdir(parents=True)
+    (mine / "notes.md").write_text("my notes\n")
+    (mine / "src" / "model.py").write_text("x = 1\n")
+    return mine
+
+
+OUT_CASES = [
+    pytest.param(lambda t: _user_folder(t), ["--out", "mine", "did not write"], id="user-folder"),
+    pytest.param(lambda t: (t / "file.txt").write_text("keep") and t / "file.txt", ["file.txt", "not a folder"],
+                 id="existing-file"),
+    pytest.param(lambda t: Path("/dev/null"), ["/dev/null", "not a folder"], id="device-node"),
+    pytest.param(lambda t: Path("/proc/hicache-sim-out"), ["/proc/hicache-sim-out", "cannot write"],
+                 id="unwritable-place"),
+    pytest.param(lambda t: (t / "link").symlink_to(_user_folder(t)) or t / "link", ["link", "not a folder"],
+                 id="symlink"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), OUT_CASES)
+@pytest.mark.parametrize("verb", ["run", "sweep"])
+def test_bad_out(tmp_path, verb, make, fragments):
+    data = {**TINY, "sweep": {"cache.host_ratio": [0.5, 1]}} if verb == "sweep" else TINY
+    sc = write_scenario(tmp_path, data)
+    target = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke(verb, sc, "--out", target, "--workers", 1) if verb == "sweep"
+                      else invoke(verb, sc, "--out", target), *fragments)
+    assert snapshot(tmp_path) == before
+    assert not [p for p in tmp_path.iterdir() if ".hicache-tmp-" in p.name]
+
+
+@pytest.mark.parametrize("rel", [".", "..", "sub/.."])
+def test_out_is_current_folder_or_parent(tmp_path, monkeypatch, rel):
+    (tmp_path / "sub").mkdir()
+    sc = write_scenario(tmp_path, TINY)
+    (tmp_path / "keep.txt").write_text("keep")
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", rel), f"--out {rel}", "current folder")
+    assert snapshot(tmp_path) == before
+
+
+def test_run_into_a_sweep_folder_is_refused(tmp_path):
+    sc = write_scenario(tmp_path, {**TINY, "sweep": {"cache.host_ratio": [0.5]}})
+    assert invoke("sweep", sc, "--out", tmp_path / "sw", "--workers", 1).exit_code == 0
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "sw"), "sweep folder, not a run folder")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
+def test_out_in_read_only_folder(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    sc = write_scenario(tmp_path, TINY)
+    assert_user_error(invoke("run", sc, "--out", ro / "out"), "cannot write")
+
+
+# --------------------------------------------------------------------------- sweeps
+
+def test_unreachable_dask_scheduler(tmp_path):
+    sc = write_scenario(tmp_path, {**TINY, "sweep": {"cache.host_ratio": [0.5, 1]}})
+    before = snapshot(tmp_path)
+    r = invoke("sweep", sc, "--out", tmp_path / "sw", "--dask-scheduler", "tcp://127.0.0.1:9", "--dask-timeout", 1)
+    assert_user_error(r, "--dask-scheduler tcp://127.0.0.1:9", "no scheduler answered")
+    assert snapshot(tmp_path) == before
+    assert not (tmp_path / "sw").exists()
+
+
+def test_bad_workers(tmp_path):
+    sc = write_scenario(tmp_path, {**TINY, "sweep": {"cache.host_ratio": [0.5]}})
+    assert_user_error(invoke("sweep", sc, "--workers", 0), "--workers", ">= 1")
+
+
+# ------------------------------------------------------------------ every schema field, fuzzed
+
+def _leaf_fields(model_cls, prefix: str = "") -> list[tuple[str, object]]:
+    """Every (dotted key, field info) of the scenario schema, nested sections expanded."""
+    from pydantic import BaseModel
+
+    out = []
+    for name, info in model_cls.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _leaf_fields(ann, f"{prefix}{name}.")
+        else:
+            out.append((f"{prefix}{name}", info))
+    return out
+
+
+def _schema_keys() -> list[str]:
+    from hicache_sim.scenario import Scenario
+
+    return [k for k, _ in _leaf_fields(Scenario)]
+
+
+WRONG_VALUES = st.one_of(
+    st.sampled_from([-1, 0, -0.5, 10**30, 1e308, "", "x", "big", True, [], [1, 2], {}, {"a": 1}, None, 1.5,
+                     "builtin:nope", "-1"]),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+)
+
+
+def test_schema_has_many_fields():
+    keys = _schema_keys()
+    assert len(keys) > 60 and "cache.host_ratio" in keys and "workload.multiturn.num_clients" in keys
+
+
+@settings(max_examples=250, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(_schema_keys()), value=WRONG_VALUES)
+def test_any_field_any_value_never_a_traceback(tmp_path, key, value):
+    """Whatever value lands in whatever field: either it is valid, or one error line and exit 2."""
+    data = yaml.safe_load(yaml.safe_dump(TINY))
+    node = data
+    parts = key.split(".")
+    for p in parts[:-1]:
+        if isinstance(node.get(p), str):
+            node[p] = {"preset": node[p]}
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    r = invoke("validate", path)
+    assert "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code in (0, 2), r.output
+    if r.exit_code == 2:
+        assert_user_error(r)
+
+
+def test_short_help_and_version():
+    from hicache_sim import __version__
+
+    r = invoke("-h")
+    assert r.exit_code == 0 and "run" in r.output and "sweep" in r.output, r.output
+    assert invoke("run", "-h").exit_code == 0
+    r = invoke("--version")
+    assert r.exit_code == 0 and r.output.strip() == f"hicache-sim {__version__}"
