@@ -76,6 +76,30 @@ def links_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
     _save(fig, path)
 
 
+def ttft_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = None) -> bool:
+    """TTFT of every served request over its arrival time, with rolling p50 and p99 (timed runs): where
+    the queue builds and whether the cache tiers keep the tail down. False when there is nothing to draw."""
+    if "ttft_s" not in req:
+        return False
+    served = req[req["ttft_s"].notna()].sort_values("arrival_s")
+    if served.empty:
+        return False
+    window = window or max(5, len(served) // 20)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.scatter(served["arrival_s"], served["ttft_s"], s=4, alpha=0.3, color="tab:gray", label="request")
+    roll = served["ttft_s"].rolling(window, min_periods=1)
+    ax.plot(served["arrival_s"], roll.median(), color="tab:blue", label=f"p50 (rolling {window})")
+    ax.plot(served["arrival_s"], roll.quantile(0.99), color="tab:red", linestyle="--", label=f"p99 (rolling {window})")
+    ax.set_xlabel("arrival (simulated s)")
+    ax.set_ylabel("TTFT (s)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+    return True
+
+
 def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.DataFrame, folder: Path) -> list[Path]:
     """Figures of one run into ``folder`` (used by ``run`` and by ``plot``). Returns the files written."""
     written = []
@@ -88,6 +112,8 @@ def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.Dat
     if len(requests):
         hit_rate_figure(requests, folder / "hit_rate.png", f"{name}: hit rate per tier")
         written.append(folder / "hit_rate.png")
+        if mode == "timed" and ttft_figure(requests, folder / "ttft.png", f"{name}: time to first token"):
+            written.append(folder / "ttft.png")
     return written
 
 
@@ -141,7 +167,7 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("host / device ratio")
         ax.set_ylabel("TTFT (s)")
-        ax.set_title(title)
+        ax.set_title(f"{title.split(':')[0]}: TTFT p50 and p99 vs host/device ratio")
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=7)
         p = folder / "ttft_vs_ratio.png"

@@ -139,3 +139,13 @@ def test_changed_trace_file_invalidates_points(tmp_path):
     assert "(2 run, 0 already done)" in r.output, r.output
     table = __import__("pandas").read_parquet(out / "sweep.parquet")
     assert list(table["requests"]) == [40, 40]
+
+
+def test_timed_run_draws_a_ttft_figure(tmp_path):
+    sc = write(tmp_path / "s.yaml", {**TINY, "mode": "timed"})
+    r = invoke("run", sc, "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "o" / "ttft.png").stat().st_size > 10_000
+    sc2 = write(tmp_path / "i.yaml", TINY)
+    assert invoke("run", sc2, "--out", tmp_path / "i").exit_code == 0
+    assert not (tmp_path / "i" / "ttft.png").exists()  # instant mode has no time
