@@ -271,3 +271,9 @@ def test_short_help_and_version():
     assert invoke("run", "-h").exit_code == 0
     r = invoke("--version")
     assert r.exit_code == 0 and r.output.strip() == f"hicache-sim {__version__}"
+
+
+@pytest.mark.parametrize("verb", ["run", "sweep", "validate"])
+def test_help_has_no_type_tags(verb):
+    out = invoke(verb, "--help").output
+    assert "<bool>" not in out and "<list[" not in out, out

@@ -70,7 +70,7 @@ def replay(
                                                                   "transfers (with --sweep: page counts up to N)"),
     scenario_opt: str | None = typer.Option(None, "--scenario", help="scenario of a transfer log (default: the "
                                                                      "scenario.yaml beside it)"),
-    set_: list[str] = typer.Option([], "--set", help="override a scenario key (repeatable)"),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a scenario key (repeatable)"),
     h2d: str = typer.Option("per_layer", "--h2d", help="H2D load-back per_layer (as SGLang) or whole"),
     repeats: int | None = typer.Option(None, "--repeats", min=1, help="measurements per sweep point (--sweep, "
                                                                      "default 3), or passes over the log "

@@ -19,8 +19,10 @@ DEFAULT_SCENARIO = "builtin:default"
 def summary_line(name: str, s: dict) -> str:
     """The one-line result a user reads first: hit rate per tier, and TTFT when timed."""
     hr = s["hit_rate"]
-    line = (f"{name}: {s['requests']} requests, token hit rate device {hr['device']:.4f} host {hr['host']:.4f} "
-            f"storage {hr['storage']:.4f} total {hr['total']:.4f}")
+    line = (
+        f"{name}: {s['requests']} requests, token hit rate device {hr['device']:.4f} host {hr['host']:.4f} "
+        f"storage {hr['storage']:.4f} total {hr['total']:.4f}"
+    )
     if "ttft_s" in s and s["ttft_s"]["p50"] is not None:
         line += f", TTFT p50 {s['ttft_s']['p50']:.3f}s p99 {s['ttft_s']['p99']:.3f}s"
     return line
@@ -37,8 +39,10 @@ def rejected_warning(s: dict, requests) -> str | None:
     rej, n = s["requests_rejected"], s["requests"]
     if rej == 0 or s["requests_finished"] == 0:
         return None
-    return (f"{rej} of {n} requests ({rej / n:.0%}) were rejected{_reasons(requests)}; hit rates and latencies "
-            f"cover the {s['requests_finished']} served")
+    return (
+        f"{rej} of {n} requests ({rej / n:.0%}) were rejected{_reasons(requests)}; hit rates and latencies "
+        f"cover the {s['requests_finished']} served"
+    )
 
 
 def nothing_served(s: dict, requests) -> str | None:
@@ -50,14 +54,26 @@ def nothing_served(s: dict, requests) -> str | None:
 
 @app.command()
 def run(
-    scenario: str = typer.Argument(DEFAULT_SCENARIO, help="scenario YAML, or builtin:NAME (default: the "
-                                                          "embedded quick scenario)"),
-    out: Path | None = typer.Option(None, "--out", help="result folder (default: results/<scenario name>); "
-                                                        "only a new, empty or hicache-sim run folder is written"),
-    set_: list[str] = typer.Option([], "--set", help="override a key: --set cache.host_ratio=0.5 (repeatable; "
-                                                     "a mapping value is merged into the section)"),
-    check_invariants: bool = typer.Option(False, "--check-invariants",
-                                          help="check every cache invariant after each request (slower)"),
+    scenario: str = typer.Argument(
+        DEFAULT_SCENARIO,
+        metavar="SCENARIO",
+        help="scenario YAML, or builtin:NAME (default: the embedded quick scenario)",
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        metavar="DIR",
+        help="result folder (default: results/<scenario name>); only a new, empty or hicache-sim run folder is written",
+    ),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        metavar="KEY=VALUE",
+        help="override a key: --set cache.host_ratio=0.5 (repeatable; a mapping value is merged into the section)",
+    ),
+    check_invariants: bool = typer.Option(
+        False, "--check-invariants", help="check every cache invariant after each request (slower)"
+    ),
     no_figures: bool = typer.Option(False, "--no-figures", help="skip the PNG figures"),
 ) -> None:
     """Run SCENARIO and write summary.json, requests.parquet, timeseries.parquet, figures and the
@@ -71,8 +87,9 @@ def run(
         for w in r.warnings:
             typer.echo(f"warning: {w}", err=True)
         with progress_bar(len(wl.requests), f"{sc.name} ({sc.mode})", unit="requests") as bar:
-            result = simulate(sc, base_dir=base, check_invariants=check_invariants,
-                              progress=lambda i: bar.advance(), workload=wl)
+            result = simulate(
+                sc, base_dir=base, check_invariants=check_invariants, progress=lambda i: bar.advance(), workload=wl
+            )
     with output_errors(out or folder):
         write_outputs(result, folder, figures=not no_figures)
     partial = rejected_warning(result.summary, result.requests)

@@ -17,17 +17,28 @@ from .common import UserError, output_errors, progress_bar, user_errors
 
 @app.command()
 def sweep(
-    scenario: str = typer.Argument(..., help="scenario YAML with a `sweep:` mapping, or builtin:NAME"),
-    out: Path | None = typer.Option(None, "--out", help="sweep folder (default: results/<name>-sweep); "
-                                                        "only a new, empty or hicache-sim sweep folder is written"),
-    set_: list[str] = typer.Option([], "--set", help="override a key for every point (repeatable)"),
+    scenario: str = typer.Argument(
+        ..., metavar="SCENARIO", help="scenario YAML with a `sweep:` mapping, or builtin:NAME"
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        metavar="DIR",
+        help="sweep folder (default: results/<name>-sweep); only a new, empty or hicache-sim sweep folder is written",
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a key for every point (repeatable)"
+    ),
     workers: int = typer.Option(max(1, os.cpu_count() or 1), "--workers", help="local worker processes"),
-    dask_scheduler: str | None = typer.Option(None, "--dask-scheduler",
-                                              help="address of a Dask distributed scheduler (tcp://host:8786)"),
-    dask_timeout: float = typer.Option(10.0, "--dask-timeout", min=0.1,
-                                       help="seconds to wait for the Dask scheduler to answer"),
-    force: bool = typer.Option(False, "--force", help="recompute every point, even into a folder made from "
-                                                      "another base scenario"),
+    dask_scheduler: str | None = typer.Option(
+        None, "--dask-scheduler", help="address of a Dask distributed scheduler (tcp://host:8786)"
+    ),
+    dask_timeout: float = typer.Option(
+        10.0, "--dask-timeout", min=0.1, help="seconds to wait for the Dask scheduler to answer"
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="recompute every point, even into a folder made from another base scenario"
+    ),
 ) -> None:
     """Run every point of the grid (reusing a point already in OUT/points only when its resolved scenario,
     input files and hicache-sim version are the same), then write sweep.parquet, sweep.csv and figures."""
@@ -43,9 +54,18 @@ def sweep(
         n = len(grid(sc.sweep))
         base_dir = str(resolve_builtin(scenario, "scenarios").parent)
         with progress_bar(n, f"{sc.name} sweep", unit="points") as bar, output_errors(shown):
-            res = run_sweep(data, scenario, folder, set_args=set_, workers=workers, dask_scheduler=dask_scheduler,
-                            base_dir=base_dir, force=force, on_point=bar.advance,
-                            dask_timeout_s=dask_timeout)
+            res = run_sweep(
+                data,
+                scenario,
+                folder,
+                set_args=set_,
+                workers=workers,
+                dask_scheduler=dask_scheduler,
+                base_dir=base_dir,
+                force=force,
+                on_point=bar.advance,
+                dask_timeout_s=dask_timeout,
+            )
     with output_errors(shown):
         figs = sweep_figures(res.table, folder, f"{sc.name}: hit rate vs host/device ratio")
     typer.echo(f"{sc.name}: {n} points ({res.ran} run, {res.skipped} already done) -> {shown / 'sweep.parquet'}")

@@ -11,8 +11,8 @@ from .common import user_errors
 
 @app.command()
 def validate(
-    scenario: str = typer.Argument(..., help="scenario YAML or builtin:NAME"),
-    set_: list[str] = typer.Option([], "--set", help="override a key (repeatable)"),
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help="scenario YAML or builtin:NAME"),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a key (repeatable)"),
 ) -> None:
     """Check SCENARIO against the schema and resolve its sizes; print them."""
     with user_errors(scenario):
