@@ -25,8 +25,6 @@ without the held-out rows, so the stored error describes the stored parameters.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from scipy.optimize import least_squares, nnls
 
 from .calibration_file import Calibration, CalibrationError
 from .linkmodel import LinkParams
+from .outputs import atomic_write
 from .presets import IO_BACKENDS, MEM_LAYOUTS
 
 GROUP_KEYS = ("direction", "io_backend", "layout")
@@ -337,18 +336,3 @@ def scatter_figure(rows: pd.DataFrame, path: str | Path, title: str, *, only_spl
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", metadata={"Software": None}))
     plt.close(fig)
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Write through ``write(tmp)`` beside ``path``, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-

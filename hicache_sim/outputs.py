@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 MARKER = ".hicache-sim.json"
@@ -172,15 +172,24 @@ def prepare_folder(out_dir: str | Path, kind: str) -> Path:
     return out_dir
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file under a temporary name and rename it into place (never half-written), umask applied."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{_TMP_TAG}{os.getpid()}-", dir=path.parent)
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Write through ``write(tmp)`` beside ``path`` (a temporary name tagged with this pid, so concurrent
+    writers never share one), apply the umask, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}{_TMP_TAG}{os.getpid()}-", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        apply_umask(Path(tmp), directory=False)
+        write(tmp)
+        apply_umask(tmp, directory=False)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """:func:`atomic_write` of a UTF-8 text."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

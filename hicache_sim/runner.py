@@ -110,10 +110,11 @@ def run_timed_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
 
 def simulate(sc: Scenario, *, base_dir: str | Path | None = None, check_invariants: bool = False,
              progress: Callable[[int], None] | None = None, record_transfers: bool | None = None,
-             workload: Workload | None = None) -> RunOutput:
-    """Resolve and run a scenario in memory (``workload``: already built by the caller, e.g. to size a
-    progress bar; built from the scenario otherwise)."""
-    r = resolve(sc, strict=check_invariants)
+             workload: Workload | None = None, resolved: Resolved | None = None) -> RunOutput:
+    """Resolve and run a scenario in memory (``workload`` and ``resolved``: already made by the caller,
+    e.g. to check the output folder or size a progress bar first; made from the scenario otherwise).
+    A ``resolved`` given must come from ``resolve(sc, strict=check_invariants)``."""
+    r = resolved if resolved is not None else resolve(sc, strict=check_invariants)
     wl = workload if workload is not None else build_workload(sc, r.cache.page_size, base_dir)
     record = sc.metrics.transfer_log if record_transfers is None else record_transfers
     runner = run_timed_scenario if sc.mode == "timed" else run_instant_scenario

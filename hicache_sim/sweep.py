@@ -120,8 +120,9 @@ def _base_record(base: dict, source: str, set_args: list[str]) -> dict:
     return dump
 
 
-def check_resumable(out_dir: Path, base: dict, source: str, set_args: Iterable[str] = ()) -> None:
-    """Refuse to resume into a sweep folder made from another base scenario (names the keys that differ)."""
+def check_resumable(out_dir: Path, now: dict) -> None:
+    """Refuse to resume into a sweep folder made from another base scenario (``now``: its base record,
+    see :func:`_base_record`); names the keys that differ."""
     manifest = out_dir / MANIFEST
     if not manifest.is_file():
         return
@@ -129,7 +130,6 @@ def check_resumable(out_dir: Path, base: dict, source: str, set_args: Iterable[s
         before = json.loads(manifest.read_text(encoding="utf-8")).get("base_scenario")
     except (OSError, ValueError):
         before = None
-    now = _base_record(base, source, list(set_args))
     if before is None:
         raise SweepFolderError(f"{out_dir}: {MANIFEST} is unreadable; use --force to recompute every point")
     diff = differing_keys(before, now)
@@ -163,8 +163,9 @@ def run_sweep(base: dict, source: str, out_dir: Path, *, set_args: Iterable[str]
     """
     set_args = list(set_args)
     planned = plan(base, source, set_args, base_dir)
+    base_record = _base_record(base, source, set_args)
     if not force:
-        check_resumable(out_dir, base, source, set_args)
+        check_resumable(out_dir, base_record)
     client = connect_dask(dask_scheduler, dask_timeout_s) if dask_scheduler else None
     try:
         points_dir = out_dir / "points"
@@ -174,7 +175,7 @@ def run_sweep(base: dict, source: str, out_dir: Path, *, set_args: Iterable[str]
                 f.unlink()
         points_dir.mkdir(exist_ok=True)
         apply_umask(points_dir, directory=True)
-        manifest = {"source": source, "set": set_args, "base_scenario": _base_record(base, source, set_args)}
+        manifest = {"source": source, "set": set_args, "base_scenario": base_record}
         write_text_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n")
         todo = [p for p in planned if not _done(points_dir, p)]
         skipped = len(planned) - len(todo)

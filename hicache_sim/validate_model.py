@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .calibrate import ape_stats, atomic_write, predict, scatter_figure
+from .calibrate import ape_stats, predict, scatter_figure
+from .outputs import atomic_write
 from .scenario import Resolved, Scenario, build_scenario
 from .scenario import ScenarioError as _ScenarioError
 

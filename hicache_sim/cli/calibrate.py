@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from ..calibrate import atomic_write, calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
+from ..calibrate import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
+from ..outputs import atomic_write
 from . import app
 from .common import UserError, user_errors
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from ..calibrate import atomic_write
+from ..outputs import atomic_write
 from ..scenario import load_scenario, resolve, resolve_builtin
 from ..validate_model import (
     TransferLogError,

@@ -80,7 +80,7 @@ def run(
     resolved scenario into the result folder. Exits 1 when no request could be served."""
     with user_errors(scenario):
         sc = load_scenario(scenario, set_)
-        r = resolve(sc)
+        r = resolve(sc, strict=check_invariants)
         base = resolve_builtin(scenario, "scenarios").parent
         folder = check_target(out or Path("results") / sc.name, "run")
         wl = build_workload(sc, sc.cache.page_size, base)
@@ -88,7 +88,12 @@ def run(
             typer.echo(f"warning: {w}", err=True)
         with progress_bar(len(wl.requests), f"{sc.name} ({sc.mode})", unit="requests") as bar:
             result = simulate(
-                sc, base_dir=base, check_invariants=check_invariants, progress=lambda i: bar.advance(), workload=wl
+                sc,
+                base_dir=base,
+                check_invariants=check_invariants,
+                progress=lambda i: bar.advance(),
+                workload=wl,
+                resolved=r,
             )
     with output_errors(out or folder):
         write_outputs(result, folder, figures=not no_figures)
