@@ -66,8 +66,9 @@ def read_measurements(path: str | Path) -> pd.DataFrame:
     except CalibrationError:
         raise
     except Exception as e:  # any reader failure is the file's fault, reported in one line
-        raise CalibrationError(f"{path}: cannot read as {suffix[1:]}: {str(e).splitlines()[0] if str(e) else e}") \
-            from None
+        raise CalibrationError(
+            f"{path}: cannot read as {suffix[1:]}: {str(e).splitlines()[0] if str(e) else e}"
+        ) from None
     return validate_measurements(df, str(path))
 
 
@@ -75,8 +76,9 @@ def validate_measurements(df: pd.DataFrame, source: str = "measurements") -> pd.
     """Check columns and every row; returns a clean copy with ``launches`` (default 1) and numeric types."""
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise CalibrationError(f"{source}: missing column(s) {', '.join(missing)} "
-                               f"(expected {', '.join(REQUIRED_COLUMNS)}[, launches])")
+        raise CalibrationError(
+            f"{source}: missing column(s) {', '.join(missing)} (expected {', '.join(REQUIRED_COLUMNS)}[, launches])"
+        )
     if df.empty:
         raise CalibrationError(f"{source}: no measurements")
     out = df.copy().reset_index(drop=True)
@@ -87,10 +89,15 @@ def validate_measurements(df: pd.DataFrame, source: str = "measurements") -> pd.
         bad = ~out[col].isin(values)
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise CalibrationError(f"{source}: row {i + 1}: {col}: expected one of {', '.join(values)}, "
-                                   f"got {out[col].iloc[i]!r}")
-    for col, low, integer in (("bytes", 1, True), ("segments", 1, True), ("launches", 1, True),
-                              ("duration_s", 0.0, False)):
+            raise CalibrationError(
+                f"{source}: row {i + 1}: {col}: expected one of {', '.join(values)}, got {out[col].iloc[i]!r}"
+            )
+    for col, low, integer in (
+        ("bytes", 1, True),
+        ("segments", 1, True),
+        ("launches", 1, True),
+        ("duration_s", 0.0, False),
+    ):
         num = pd.to_numeric(out[col], errors="coerce")
         ok = num.notna() & np.isfinite(num.astype(float))
         ok &= (num > 0) if not integer else (num >= low)
@@ -112,8 +119,11 @@ def predict(params: LinkParams, nbytes, segments, launches=1) -> np.ndarray:
     b = np.asarray(nbytes, dtype=float)
     s = np.asarray(segments, dtype=float)
     n = np.asarray(launches, dtype=float)
-    return (n * params.latency_s + s * params.segment_overhead_s
-            + (b + s * params.half_efficiency_bytes) / params.bandwidth_Bps)
+    return (
+        n * params.latency_s
+        + s * params.segment_overhead_s
+        + (b + s * params.half_efficiency_bytes) / params.bandwidth_Bps
+    )
 
 
 def fit_costs(launches, segments, nbytes, duration_s) -> np.ndarray:
@@ -129,8 +139,15 @@ def fit_costs(launches, segments, nbytes, duration_s) -> np.ndarray:
         return np.log(np.maximum(Xs @ theta, floor)) - np.log(t)
 
     start = np.maximum(x0, 1e-9 * t.max())
-    res = least_squares(residuals, start, bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05,
-                        x_scale=np.maximum(start, t.max() * 1e-6), method="trf")
+    res = least_squares(
+        residuals,
+        start,
+        bounds=(0.0, np.inf),
+        loss="soft_l1",
+        f_scale=0.05,
+        x_scale=np.maximum(start, t.max() * 1e-6),
+        method="trf",
+    )
     return res.x / scale
 
 
@@ -165,8 +182,13 @@ def holdout_mask(df: pd.DataFrame, share: float, seed: int) -> np.ndarray:
     configurations hold nothing out."""
     mask = np.zeros(len(df), dtype=bool)
     for gi, (_, g) in enumerate(df.groupby(list(GROUP_KEYS), sort=True)):
-        configs = g[["bytes", "segments", "launches"]].drop_duplicates().sort_values(
-            ["bytes", "segments", "launches"]).to_records(index=False).tolist()
+        configs = (
+            g[["bytes", "segments", "launches"]]
+            .drop_duplicates()
+            .sort_values(["bytes", "segments", "launches"])
+            .to_records(index=False)
+            .tolist()
+        )
         n_out = round(share * len(configs)) if len(configs) >= 4 else 0
         if n_out == 0:
             continue
@@ -192,11 +214,54 @@ class GroupFit:
 
     def errors(self) -> dict:
         """The ``holdout`` entry of the calibration file."""
+
         def r(x):
             return None if x is None else round(float(x), 3)
-        return {"n_fit": int(self.n_fit), "n_holdout": int(self.n_holdout),
-                "median_ape_pct": r(self.holdout_median_ape), "p90_ape_pct": r(self.holdout_p90_ape),
-                "fit_median_ape_pct": r(self.fit_median_ape), "fit_p90_ape_pct": r(self.fit_p90_ape)}
+
+        return {
+            "n_fit": int(self.n_fit),
+            "n_holdout": int(self.n_holdout),
+            "median_ape_pct": r(self.holdout_median_ape),
+            "p90_ape_pct": r(self.holdout_p90_ape),
+            "fit_median_ape_pct": r(self.fit_median_ape),
+            "fit_p90_ape_pct": r(self.fit_p90_ape),
+        }
+
+
+COST_NAMES = ("per-operation latency", "per-piece cost", "bandwidth")
+DESIGN_COLUMNS = ("launches", "segments", "bytes")
+IDENTIFIABLE_RTOL = 1e-6
+"""Singular values below this share of the largest count as zero: such a direction of the three
+costs is not constrained by the measurements."""
+
+
+def check_identifiable(train: pd.DataFrame, where: str) -> None:
+    """Refuse a fit whose configurations cannot separate the three costs.
+
+    Copies of one page size replayed from a scenario vary only in page count, so bytes and pieces
+    grow together: per-piece cost and bandwidth trade off freely and a fit returns any point of a
+    line (1e6 GB/s and 0 us, say), which the calibration file would then carry as truth. The test
+    is the rank of the (operations, pieces, bytes) design over the distinct configurations.
+    """
+    X = train[list(DESIGN_COLUMNS)].drop_duplicates().to_numpy(dtype=float)
+    sv = np.linalg.svd(X / X.max(axis=0), compute_uv=False)
+    rank = int((sv > IDENTIFIABLE_RTOL * sv[0]).sum())
+    if rank >= 3:
+        return
+    why = f"the sizes vary along only {rank} independent direction(s)"
+    for a, b, text in (
+        ("bytes", "segments", "every piece has the same size, so bytes grow with pieces"),
+        ("segments", "launches", "pieces grow in proportion to operations"),
+        ("bytes", "launches", "bytes grow in proportion to operations"),
+    ):
+        if (train[a] / train[b]).nunique() == 1:
+            why = text
+            break
+    raise CalibrationError(
+        f"{where}: these measurements cannot separate {', '.join(COST_NAMES)} ({why}: {3 - rank} of the 3 "
+        "costs is unconstrained); measure copies that vary the number of pieces and the bytes per piece "
+        "independently, as `hicache-sim replay --sweep` does"
+    )
 
 
 @dataclass
@@ -223,8 +288,9 @@ def aggregate_repeats(df: pd.DataFrame) -> pd.DataFrame:
     return df.groupby(list(CONFIG_KEYS), sort=True, as_index=False).agg(**agg)
 
 
-def calibrate(df: pd.DataFrame, *, holdout: float = 0.25, seed: int = 0, source: str = "",
-              aggregate: bool = True) -> CalibrationResult:
+def calibrate(
+    df: pd.DataFrame, *, holdout: float = 0.25, seed: int = 0, source: str = "", aggregate: bool = True
+) -> CalibrationResult:
     """Fit every group present in validated measurements ``df``; errors on the held-out share.
 
     ``aggregate``: fit and evaluate per configuration (median of repeats, see ``aggregate_repeats``)
@@ -242,10 +308,14 @@ def calibrate(df: pd.DataFrame, *, holdout: float = 0.25, seed: int = 0, source:
     for key, g in df.groupby(list(GROUP_KEYS), sort=True):
         train = g[~mask[g.index]]
         if train[["bytes", "segments", "launches"]].drop_duplicates().shape[0] < 3:
-            raise CalibrationError(f"{source or 'measurements'}: {'/'.join(key)}: need at least 3 distinct "
-                                   "sizes to fit latency, per-piece cost and bandwidth")
-        params = costs_to_params(fit_costs(train["launches"], train["segments"], train["bytes"],
-                                           train["duration_s"]), key[1])
+            raise CalibrationError(
+                f"{source or 'measurements'}: {'/'.join(key)}: need at least 3 distinct "
+                "sizes to fit latency, per-piece cost and bandwidth"
+            )
+        check_identifiable(train, f"{source or 'measurements'}: {'/'.join(key)}")
+        params = costs_to_params(
+            fit_costs(train["launches"], train["segments"], train["bytes"], train["duration_s"]), key[1]
+        )
         pred = predict(params, g["bytes"], g["segments"], g["launches"])
         rows.loc[g.index, "predicted_s"] = pred
         held = mask[g.index]
@@ -277,26 +347,40 @@ def _device_text(df: pd.DataFrame) -> str:
 
 def error_table_markdown(result: CalibrationResult, title: str = "Link-model calibration") -> str:
     """Per group: rows, fitted parameters, and held-out median / p90 absolute percentage error."""
+
     def pct(x):
         return "–" if x is None else f"{x:.1f}"
-    lines = [f"# {title}", "",
-             f"Device: {result.calibration.device or 'unknown'}. Source: {result.calibration.source}.", "",
-             "| direction | io_backend | layout | configs fit | configs held out | bandwidth GB/s | latency us | "
-             "per piece ns | held-out median APE % | held-out p90 APE % | fit median APE % |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    lines = [
+        f"# {title}",
+        "",
+        f"Device: {result.calibration.device or 'unknown'}. Source: {result.calibration.source}.",
+        "",
+        "| direction | io_backend | layout | configs fit | configs held out | bandwidth GB/s | latency us | "
+        "per piece ns | held-out median APE % | held-out p90 APE % | fit median APE % |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for f in result.fits:
         p = f.params
-        lines.append(f"| {' | '.join(f.key)} | {f.n_fit} | {f.n_holdout} | {p.bandwidth_Bps / 1e9:.2f} | "
-                     f"{p.latency_s * 1e6:.2f} | {per_piece_cost(p) * 1e9:.1f} | {pct(f.holdout_median_ape)} | "
-                     f"{pct(f.holdout_p90_ape)} | {pct(f.fit_median_ape)} |")
+        lines.append(
+            f"| {' | '.join(f.key)} | {f.n_fit} | {f.n_holdout} | {p.bandwidth_Bps / 1e9:.2f} | "
+            f"{p.latency_s * 1e6:.2f} | {per_piece_cost(p) * 1e9:.1f} | {pct(f.holdout_median_ape)} | "
+            f"{pct(f.holdout_p90_ape)} | {pct(f.fit_median_ape)} |"
+        )
     if result.overall:
         o = result.overall
-        lines += ["", f"All held-out configurations ({o['n_holdout']}): median APE {o['median_ape_pct']:.1f} %, "
-                      f"p90 APE {o['p90_ape_pct']:.1f} %."]
-    lines += ["", "APE: |predicted - measured| / measured. A configuration is one transfer size (bytes, pieces, "
-                  "operations) with the median of its repeats; held-out configurations are sizes the fit never "
-                  "saw. Per piece: segment_overhead_s + half_efficiency_bytes / bandwidth (kernel carries it as "
-                  "efficiency, direct as per-piece overhead)."]
+        lines += [
+            "",
+            f"All held-out configurations ({o['n_holdout']}): median APE {o['median_ape_pct']:.1f} %, "
+            f"p90 APE {o['p90_ape_pct']:.1f} %.",
+        ]
+    lines += [
+        "",
+        "APE: |predicted - measured| / measured. A configuration is one transfer size (bytes, pieces, "
+        "operations) with the median of its repeats; held-out configurations are sizes the fit never "
+        "saw. Per piece: segment_overhead_s + half_efficiency_bytes / bandwidth (kernel carries it as "
+        "efficiency, direct as per-piece overhead).",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -40,8 +40,7 @@ class Calibration:
             if (d, io, lay) in self.errors:
                 row["holdout"] = self.errors[(d, io, lay)]
             rows.append(row)
-        return {"kind": CALIBRATION_KIND, "version": 1, "device": self.device, "source": self.source,
-                "groups": rows}
+        return {"kind": CALIBRATION_KIND, "version": 1, "device": self.device, "source": self.source, "groups": rows}
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_data(), sort_keys=False), encoding="utf-8")

@@ -82,8 +82,12 @@ def digest(obj: Any) -> str:
 
 def point_identity(dump: dict, base_dir: str | Path | None) -> dict:
     """The identity of one computation: scenario, input files, code."""
-    return {"scenario": digest(computed_part(dump)), "inputs": input_files(computed_part(dump), base_dir),
-            "code": code_fingerprint(), "hicache_sim": __version__}
+    return {
+        "scenario": digest(computed_part(dump)),
+        "inputs": input_files(computed_part(dump), base_dir),
+        "code": code_fingerprint(),
+        "hicache_sim": __version__,
+    }
 
 
 def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:

@@ -38,10 +38,16 @@ class InstantResult:
         return {"device": d / total, "host": h / total, "storage": s / total, "total": (d + h + s) / total}
 
 
-def run_instant(config: CacheConfig, requests: Iterable[Request], *, chunk_pages: int | None = None,
-                reserve_last_token: bool = True, check_invariants: bool = False,
-                record_transfers: bool = False,
-                on_request: Callable[[int, HiCache], None] | None = None) -> InstantResult:
+def run_instant(
+    config: CacheConfig,
+    requests: Iterable[Request],
+    *,
+    chunk_pages: int | None = None,
+    reserve_last_token: bool = True,
+    check_invariants: bool = False,
+    record_transfers: bool = False,
+    on_request: Callable[[int, HiCache], None] | None = None,
+) -> InstantResult:
     """Replay ``requests`` through one HiCache with transfers completed immediately.
 
     ``chunk_pages``: chunked-prefill size in pages (None: whole prompt in one chunk); chunks start
@@ -54,6 +60,7 @@ def run_instant(config: CacheConfig, requests: Iterable[Request], *, chunk_pages
     res = InstantResult(cache)
     page_size = config.page_size
     storage = cache.storage is not None
+
     def collect(i: int) -> None:
         taken = cache.take_transfers()
         if record_transfers:

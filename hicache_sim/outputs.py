@@ -93,11 +93,15 @@ def check_target(path: str | Path, kind: str, *, flag: str = "--out") -> Path:
         if entries:
             marker = read_marker(target)
             if marker is None:
-                raise OutputError(f"{flag} {shown}: folder holds files hicache-sim did not write "
-                                  f"(no {MARKER}); name a new or empty folder")
+                raise OutputError(
+                    f"{flag} {shown}: folder holds files hicache-sim did not write "
+                    f"(no {MARKER}); name a new or empty folder"
+                )
             if marker.get("kind") != kind:
-                raise OutputError(f"{flag} {shown}: holds a hicache-sim {marker.get('kind')} folder, not a "
-                                  f"{kind} folder; name another folder")
+                raise OutputError(
+                    f"{flag} {shown}: holds a hicache-sim {marker.get('kind')} folder, not a "
+                    f"{kind} folder; name another folder"
+                )
         _probe_writable(target, flag, shown)
         if target.parent != target:
             _probe_writable(target.parent, flag, shown)

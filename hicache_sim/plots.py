@@ -25,9 +25,11 @@ def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
     x = "t_s" if "t_s" in ts else "request"
     fig, ax = plt.subplots(figsize=(7, 3.6))
     # Mirrors are drawn dashed on top: when every device page is mirrored the lines coincide.
-    for col, label, color, style, width in (("device_pages", "device pages (D, D+H)", "tab:blue", "-", 2.5),
-                                            ("host_pages", "host pages (H, D+H)", "tab:orange", "-", 2.5),
-                                            ("mirror_pages", "mirrors (D+H)", "tab:red", "--", 1.2)):
+    for col, label, color, style, width in (
+        ("device_pages", "device pages (D, D+H)", "tab:blue", "-", 2.5),
+        ("host_pages", "host pages (H, D+H)", "tab:orange", "-", 2.5),
+        ("mirror_pages", "mirrors (D+H)", "tab:red", "--", 1.2),
+    ):
         if col in ts:
             ax.plot(ts[x], ts[col], label=label, color=color, linestyle=style, linewidth=width)
     ax.set_xlabel("time (s): simulated, or trace arrival in instant mode" if x == "t_s" else "request")
@@ -123,8 +125,11 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
     written = []
     if "host_to_device_ratio" not in table or table.empty:
         return written
-    group_cols = [c for c in ("cache.write_policy", "cache.host_eviction", "cache.host_memory_mode")
-                  if c in table and table[c].nunique() > 1]
+    group_cols = [
+        c
+        for c in ("cache.write_policy", "cache.host_eviction", "cache.host_memory_mode")
+        if c in table and table[c].nunique() > 1
+    ]
     groups = list(table.groupby(group_cols, sort=True)) if group_cols else [((), table)]
     # Colour by the last grouping key, line style and marker by the first: coinciding lines stay visible.
     first_vals = sorted(table[group_cols[0]].unique()) if len(group_cols) > 1 else [None]
@@ -139,8 +144,16 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
         i = first_vals.index(key[0]) if len(group_cols) > 1 else 0
         j = last_vals.index(key[-1]) if group_cols else 0
         for ax, col in zip(axes, ("hit_rate.device", "hit_rate.host", "hit_rate.total")):
-            ax.plot(g["host_to_device_ratio"], g[col], marker=markers[i % 4], linestyle=styles[i % 4],
-                    color=f"C{j}", markersize=4 + 2 * (len(first_vals) - i), alpha=0.85, label=label)
+            ax.plot(
+                g["host_to_device_ratio"],
+                g[col],
+                marker=markers[i % 4],
+                linestyle=styles[i % 4],
+                color=f"C{j}",
+                markersize=4 + 2 * (len(first_vals) - i),
+                alpha=0.85,
+                label=label,
+            )
     for ax, col in zip(axes, ("L1 (device)", "L2 (host)", "total (L1+L2+L3)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("host / device ratio")
@@ -148,8 +161,14 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("token hit rate")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8,
-               title=" / ".join(c.split(".")[-1] for c in group_cols) or None)
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(3, len(labels)),
+        fontsize=8,
+        title=" / ".join(c.split(".")[-1] for c in group_cols) or None,
+    )
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + 2) // 3), 1, 1))
     p = folder / "hit_rate_vs_ratio.png"
@@ -162,8 +181,14 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
             g = g.sort_values("host_to_device_ratio")
             label = " / ".join(map(str, key if isinstance(key, tuple) else (key,))) or "run"
             line = ax.plot(g["host_to_device_ratio"], g["ttft_s.p50"], marker="o", label=f"{label} p50")
-            ax.plot(g["host_to_device_ratio"], g["ttft_s.p99"], marker="x", linestyle="--",
-                    color=line[0].get_color(), label=f"{label} p99")
+            ax.plot(
+                g["host_to_device_ratio"],
+                g["ttft_s.p99"],
+                marker="x",
+                linestyle="--",
+                color=line[0].get_color(),
+                label=f"{label} p99",
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("host / device ratio")
         ax.set_ylabel("TTFT (s)")

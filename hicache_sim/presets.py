@@ -40,8 +40,7 @@ for _m in (
     ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2),
     ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8),
     ModelPreset("qwen3-30b-a3b", 48, 4, 128, 32, 30.5, 3.3),
-    ModelPreset("deepseek-v3", 61, 1, 192, 128, 671.0, 37.0, attention="mla", kv_lora_rank=512,
-                qk_rope_head_dim=64),
+    ModelPreset("deepseek-v3", 61, 1, 192, 128, 671.0, 37.0, attention="mla", kv_lora_rank=512, qk_rope_head_dim=64),
 ):
     MODELS.add(_m.name, _m)
 

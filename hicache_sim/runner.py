@@ -53,8 +53,9 @@ def _token_hits(req, page_size: int, d: int, h: int, s: int) -> tuple[int, int, 
     return td, th, ts
 
 
-def run_instant_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
-                         progress: Callable[[int], None] | None, record_transfers: bool) -> RunOutput:
+def run_instant_scenario(
+    r: Resolved, wl: Workload, *, check_invariants: bool, progress: Callable[[int], None] | None, record_transfers: bool
+) -> RunOutput:
     sc = r.scenario
     reqs = wl.requests
     page = r.cache.page_size
@@ -68,32 +69,64 @@ def run_instant_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
             progress(i)
         if i % every == 0 or i == len(reqs) - 1:
             res = cache.residency()
-            series.append({"request": i, "t_s": reqs[i].arrival_s, **res,
-                           "device_used_pages": cache.device.used(), "host_used_pages": cache.host.used()})
+            series.append(
+                {
+                    "request": i,
+                    "t_s": reqs[i].arrival_s,
+                    **res,
+                    "device_used_pages": cache.device.used(),
+                    "host_used_pages": cache.host.used(),
+                }
+            )
 
-    out = run_instant(r.cache, reqs, chunk_pages=chunk_pages, reserve_last_token=sc.scheduler.reserve_last_token,
-                      check_invariants=check_invariants, record_transfers=record_transfers, on_request=sample)
+    out = run_instant(
+        r.cache,
+        reqs,
+        chunk_pages=chunk_pages,
+        reserve_last_token=sc.scheduler.reserve_last_token,
+        check_invariants=check_invariants,
+        record_transfers=record_transfers,
+        on_request=sample,
+    )
     rejected = set(out.rejected)
     rows = []
     for i, req in enumerate(reqs):
         d, h, s = out.device_hit[i], out.host_hit[i], out.storage_hit[i]
         td, th, ts = _token_hits(req, page, d, h, s)
-        rows.append({"rid": req.rid, "arrival_s": req.arrival_s, "input_tokens": req.input_tokens,
-                     "output_tokens": req.output_tokens, "prompt_tokens": req.input_tokens,
-                     "prompt_pages": out.prompt_pages[i], "device_hit_pages": d, "host_hit_pages": h,
-                     "storage_hit_pages": s, "device_hit_tokens": td, "host_hit_tokens": th,
-                     "storage_hit_tokens": ts,
-                     "status": "rejected" if req.rid in rejected else "finished",
-                     "reason": "device pool too small for the prompt" if req.rid in rejected else ""})
+        rows.append(
+            {
+                "rid": req.rid,
+                "arrival_s": req.arrival_s,
+                "input_tokens": req.input_tokens,
+                "output_tokens": req.output_tokens,
+                "prompt_tokens": req.input_tokens,
+                "prompt_pages": out.prompt_pages[i],
+                "device_hit_pages": d,
+                "host_hit_pages": h,
+                "storage_hit_pages": s,
+                "device_hit_tokens": td,
+                "host_hit_tokens": th,
+                "storage_hit_tokens": ts,
+                "status": "rejected" if req.rid in rejected else "finished",
+                "reason": "device pool too small for the prompt" if req.rid in rejected else "",
+            }
+        )
     df = pd.DataFrame(rows)
-    summary = build_summary(df, warmup_fraction=sc.metrics.warmup_fraction, counters=out.cache.counters.as_dict(),
-                            residency=out.cache.residency(), sizes=_sizes(r), mode="instant")
+    summary = build_summary(
+        df,
+        warmup_fraction=sc.metrics.warmup_fraction,
+        counters=out.cache.counters.as_dict(),
+        residency=out.cache.residency(),
+        sizes=_sizes(r),
+        mode="instant",
+    )
     transfers = pd.DataFrame(out.transfers) if record_transfers else None
     return RunOutput(r, summary, df, pd.DataFrame(series), transfers)
 
 
-def run_timed_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
-                       progress: Callable[[int], None] | None, record_transfers: bool) -> RunOutput:
+def run_timed_scenario(
+    r: Resolved, wl: Workload, *, check_invariants: bool, progress: Callable[[int], None] | None, record_transfers: bool
+) -> RunOutput:
     from .sim.world import run_timed
 
     sc = r.scenario
@@ -101,16 +134,29 @@ def run_timed_scenario(r: Resolved, wl: Workload, *, check_invariants: bool,
     df = pd.DataFrame(res.requests)
     if "prompt_tokens" not in df:
         df["prompt_tokens"] = df["input_tokens"]
-    summary = build_summary(df, warmup_fraction=sc.metrics.warmup_fraction, counters=res.counters,
-                            residency=res.cache.residency(), sizes=_sizes(r), mode="timed",
-                            timed={"sim_time_s": res.sim_time_s, "links": res.links})
+    summary = build_summary(
+        df,
+        warmup_fraction=sc.metrics.warmup_fraction,
+        counters=res.counters,
+        residency=res.cache.residency(),
+        sizes=_sizes(r),
+        mode="timed",
+        timed={"sim_time_s": res.sim_time_s, "links": res.links},
+    )
     transfers = pd.DataFrame(res.transfers) if record_transfers else None
     return RunOutput(r, summary, df, pd.DataFrame(res.timeseries), transfers)
 
 
-def simulate(sc: Scenario, *, base_dir: str | Path | None = None, check_invariants: bool = False,
-             progress: Callable[[int], None] | None = None, record_transfers: bool | None = None,
-             workload: Workload | None = None, resolved: Resolved | None = None) -> RunOutput:
+def simulate(
+    sc: Scenario,
+    *,
+    base_dir: str | Path | None = None,
+    check_invariants: bool = False,
+    progress: Callable[[int], None] | None = None,
+    record_transfers: bool | None = None,
+    workload: Workload | None = None,
+    resolved: Resolved | None = None,
+) -> RunOutput:
     """Resolve and run a scenario in memory (``workload`` and ``resolved``: already made by the caller,
     e.g. to check the output folder or size a progress bar first; made from the scenario otherwise).
     A ``resolved`` given must come from ``resolve(sc, strict=check_invariants)``."""
@@ -131,9 +177,15 @@ def versions() -> dict:
     import pydantic
     import simpy
 
-    return {"hicache_sim": __version__, "python": ".".join(map(str, sys.version_info[:3])),
-            "numpy": numpy.__version__, "pandas": pd.__version__, "pyarrow": pyarrow.__version__,
-            "simpy": simpy.__version__, "pydantic": pydantic.__version__}
+    return {
+        "hicache_sim": __version__,
+        "python": ".".join(map(str, sys.version_info[:3])),
+        "numpy": numpy.__version__,
+        "pandas": pd.__version__,
+        "pyarrow": pyarrow.__version__,
+        "simpy": simpy.__version__,
+        "pydantic": pydantic.__version__,
+    }
 
 
 def write_parquet(df: pd.DataFrame, path: Path) -> None:
@@ -155,8 +207,11 @@ def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) 
         write_parquet(out.timeseries, tmp / "timeseries.parquet")
         if out.transfers is not None:
             write_parquet(out.transfers, tmp / "transfers.parquet")
-        resolved = {"scenario": scenario_dump(out.resolved.scenario), "hicache_sim_version": __version__,
-                    "resolved_sizes": out.summary["sizes"]}
+        resolved = {
+            "scenario": scenario_dump(out.resolved.scenario),
+            "hicache_sim_version": __version__,
+            "resolved_sizes": out.summary["sizes"],
+        }
         (tmp / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         (tmp / "environment.json").write_text(json.dumps(versions(), indent=2) + "\n", encoding="utf-8")
         if figures:

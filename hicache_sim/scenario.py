@@ -101,7 +101,8 @@ class PCIeSpec(_Strict):
     half_efficiency_bytes: float | None = Field(None, ge=0, description="piece size at half of peak, bytes")
     segment_overhead_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="cost per contiguous piece, us")
     sharing: Literal["processor", "fifo"] = Field(
-        "processor", description="concurrent transfers of one direction share bandwidth, or queue")
+        "processor", description="concurrent transfers of one direction share bandwidth, or queue"
+    )
 
     @field_validator("preset")
     @classmethod
@@ -155,7 +156,8 @@ class CacheSpec(_Strict):
     host_size_gb: float | None = Field(None, ge=0, description="host pool in GB per rank (overrides ratio)")
     host_tokens: int | None = Field(None, ge=0, description="host pool, exact tokens (page multiple)")
     host_alignment: Literal["up_plus_one", "down", "exact"] = Field(
-        "up_plus_one", description="host pool page alignment: 2026 (+1 page), mid-2025 (down)")
+        "up_plus_one", description="host pool page alignment: 2026 (+1 page), mid-2025 (down)"
+    )
     write_policy: str = Field("write_through", description="write_through | write_through_selective | write_back")
     host_eviction: str = Field("evicted_only", description="evicted_only | reclaim_mirrors | boundary")
     host_memory_mode: Literal["cache", "buffer_only"] = Field("cache", description="host as cache or buffer")
@@ -164,7 +166,8 @@ class CacheSpec(_Strict):
     eviction_granularity: Literal["node", "page"] = Field("node", description="whole leaf nodes or exact pages")
     io_backend: Literal["kernel", "direct"] = Field("kernel", description="host<->device copy backend")
     mem_layout: Literal["layer_first", "page_first", "page_first_direct"] = Field(
-        "page_first", description="host KV layout")
+        "page_first", description="host KV layout"
+    )
     storage_backend: str = Field("none", description="none or a storage preset")
     prefetch_policy: str = Field("timeout", description="best_effort | wait_complete | timeout")
     prefetch_threshold: int = Field(256, ge=0, description="smallest prefetch worth issuing, tokens")
@@ -334,9 +337,11 @@ class Scenario(_Strict):
         n, tokens = spec.size_estimate()
         pages = -(-tokens // self.cache.page_size)
         if n > MAX_GENERATED_REQUESTS or pages > MAX_GENERATED_PAGES:
-            raise ValueError(f"workload.{kind}: would generate {n:,} requests of {pages:,} prompt pages in all; "
-                             f"at most {MAX_GENERATED_REQUESTS:,} requests and {MAX_GENERATED_PAGES:,} pages "
-                             "(lower the counts or lengths, or raise cache.page_size)")
+            raise ValueError(
+                f"workload.{kind}: would generate {n:,} requests of {pages:,} prompt pages in all; "
+                f"at most {MAX_GENERATED_REQUESTS:,} requests and {MAX_GENERATED_PAGES:,} pages "
+                "(lower the counts or lengths, or raise cache.page_size)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -344,8 +349,10 @@ class Scenario(_Strict):
         """SGLang truncates a chunk to whole pages: a chunk budget below one page admits nothing."""
         chunk, page = self.scheduler.chunked_prefill_size, self.cache.page_size
         if chunk is not None and chunk < page:
-            raise ValueError(f"scheduler.chunked_prefill_size ({chunk}) is smaller than cache.page_size ({page}): "
-                             "no chunk could hold one page; raise the chunk size or lower the page size")
+            raise ValueError(
+                f"scheduler.chunked_prefill_size ({chunk}) is smaller than cache.page_size ({page}): "
+                "no chunk could hold one page; raise the chunk size or lower the page size"
+            )
         return self
 
     @field_validator("model", mode="before")
@@ -384,22 +391,32 @@ class Resolved:
 
 
 def model_dims(model: ModelPreset, dtype: str) -> ModelDims:
-    return ModelDims(num_layers=model.num_layers, attention=model.attention, num_kv_heads=model.num_kv_heads,
-                     head_dim=model.head_dim, kv_lora_rank=model.kv_lora_rank,
-                     qk_rope_head_dim=model.qk_rope_head_dim, dtype=dtype)
+    return ModelDims(
+        num_layers=model.num_layers,
+        attention=model.attention,
+        num_kv_heads=model.num_kv_heads,
+        head_dim=model.head_dim,
+        kv_lora_rank=model.kv_lora_rank,
+        qk_rope_head_dim=model.qk_rope_head_dim,
+        dtype=dtype,
+    )
 
 
 def check_tp(model: ModelPreset, tp: int) -> None:
     """SGLang's tensor-parallel rule: attention heads split evenly over the ranks, and KV heads either
     split evenly or (more ranks than KV heads) replicated a whole number of times."""
     if model.q_heads % tp:
-        raise ConfigError("hardware.tp", f"{tp} does not divide the {model.q_heads} attention heads of "
-                                         f"{model.name}; SGLang refuses it")
+        raise ConfigError(
+            "hardware.tp",
+            f"{tp} does not divide the {model.q_heads} attention heads of {model.name}; SGLang refuses it",
+        )
     if model.attention == "mha":
         kv = model.num_kv_heads
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
-            raise ConfigError("hardware.tp", f"{tp} neither divides nor is a multiple of the {kv} KV heads of "
-                                             f"{model.name}; SGLang refuses it")
+            raise ConfigError(
+                "hardware.tp",
+                f"{tp} neither divides nor is a multiple of the {kv} KV heads of {model.name}; SGLang refuses it",
+            )
 
 
 def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
@@ -424,13 +441,16 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
                 f"device pool of {device_tokens} tokens is {device_tokens * bpt / 1e9:.1f} GB per GPU, more than "
                 f"the {max(budget, 0) / 1e9:.1f} GB a {gpu.name} leaves for KV ({sc.hardware.mem_fraction_static} x "
                 f"{gpu.memory_gb} GB less {weights / 1e9:.1f} GB of weights): no such GPU holds it "
-                f"(raise hardware.tp or lower cache.device_tokens)")
+                f"(raise hardware.tp or lower cache.device_tokens)"
+            )
     else:
         if budget <= 0:
-            raise ConfigError("hardware.mem_fraction_static",
-                              f"weights of {model.name} ({weights / 1e9:.1f} GB per rank) do not fit in "
-                              f"{sc.hardware.mem_fraction_static} x {gpu.memory_gb} GB; raise tp or give "
-                              "cache.device_tokens")
+            raise ConfigError(
+                "hardware.mem_fraction_static",
+                f"weights of {model.name} ({weights / 1e9:.1f} GB per rank) do not fit in "
+                f"{sc.hardware.mem_fraction_static} x {gpu.memory_gb} GB; raise tp or give "
+                "cache.device_tokens",
+            )
         device_tokens = int(budget // bpt) // page * page
     if device_tokens < page:
         raise ConfigError("cache.device_tokens", f"device pool must hold at least one page ({page} tokens)")
@@ -438,14 +458,24 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         ratio = 1.2 if c.host_memory_mode == "buffer_only" else 2.0
         sizing = host_pool_tokens(device_tokens, page, host_ratio=ratio, alignment=c.host_alignment)
     else:
-        sizing = host_pool_tokens(device_tokens, page, host_ratio=c.host_ratio, host_size_gb=c.host_size_gb,
-                                  host_tokens=c.host_tokens, bytes_per_token=bpt, alignment=c.host_alignment)
+        sizing = host_pool_tokens(
+            device_tokens,
+            page,
+            host_ratio=c.host_ratio,
+            host_size_gb=c.host_size_gb,
+            host_tokens=c.host_tokens,
+            bytes_per_token=bpt,
+            alignment=c.host_alignment,
+        )
     if sizing.warning:
         warnings.append(sizing.warning)
     storage_on = c.storage_backend != "none"
     st = STORAGE.get(c.storage_backend) if storage_on else None
-    cap_gb = sc.hardware.storage.capacity_gb if sc.hardware.storage.capacity_gb is not None else (
-        st.capacity_gb if st else 0.0)
+    cap_gb = (
+        sc.hardware.storage.capacity_gb
+        if sc.hardware.storage.capacity_gb is not None
+        else (st.capacity_gb if st else 0.0)
+    )
     storage_pages = int(cap_gb * 1e9 // (bpt * page)) if storage_on and cap_gb > 0 else None
     cache = CacheConfig(
         page_size=page,
@@ -476,8 +506,14 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     links = _link_params(sc, gpu)
     hs = sc.hardware.storage
     return Resolved(
-        scenario=sc, model=model, gpu=gpu, bytes_per_token=bpt, device_tokens=device_tokens,
-        host_tokens=sizing.host_tokens, cache=cache, links=links,
+        scenario=sc,
+        model=model,
+        gpu=gpu,
+        bytes_per_token=bpt,
+        device_tokens=device_tokens,
+        host_tokens=sizing.host_tokens,
+        cache=cache,
+        links=links,
         storage_read_Bps=(hs.read_gbps or (st.read_gbps if st else 1.0)) * 1e9,
         storage_write_Bps=(hs.write_gbps or (st.write_gbps if st else 1.0)) * 1e9,
         storage_latency_s=(hs.latency_us if hs.latency_us is not None else (st.latency_us if st else 0.0)) * 1e-6,
@@ -490,14 +526,18 @@ def _link_params(sc: Scenario, gpu: GPUPreset) -> dict[str, LinkParams]:
     p = sc.hardware.pcie
     base = LINKS.get(p.preset or gpu.pcie)
     io = sc.cache.io_backend
-    overhead_us = p.segment_overhead_us if p.segment_overhead_us is not None else (
-        base.segment_overhead_us_kernel if io == "kernel" else base.segment_overhead_us_direct)
+    overhead_us = (
+        p.segment_overhead_us
+        if p.segment_overhead_us is not None
+        else (base.segment_overhead_us_kernel if io == "kernel" else base.segment_overhead_us_direct)
+    )
     out = {}
     for direction, gbps in (("h2d", p.h2d_gbps or base.h2d_gbps), ("d2h", p.d2h_gbps or base.d2h_gbps)):
         out[direction] = LinkParams(
             bandwidth_Bps=gbps * 1e9,
             latency_s=(p.latency_us if p.latency_us is not None else base.latency_us) * 1e-6,
-            half_efficiency_bytes=p.half_efficiency_bytes if p.half_efficiency_bytes is not None
+            half_efficiency_bytes=p.half_efficiency_bytes
+            if p.half_efficiency_bytes is not None
             else base.half_efficiency_bytes,
             segment_overhead_s=overhead_us * 1e-6,
         )
@@ -633,7 +673,7 @@ def resolve_builtin(path: str | Path, kind: str) -> Path:
     """``builtin:NAME`` -> the packaged file under data/<kind>/ (scenarios, traces or calibration)."""
     s = str(path)
     if s.startswith("builtin:"):
-        name = s[len("builtin:"):]
+        name = s[len("builtin:") :]
         if kind in ("scenarios", "calibration") and not name.endswith(".yaml"):
             name += ".yaml"
         return PACKAGE_DATA / kind / name

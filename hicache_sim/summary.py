@@ -16,9 +16,13 @@ TIERS = ("device", "host", "storage")
 def window_of(n_requests: int, warmup_fraction: float) -> dict:
     """The measured window: requests after the warm-up share, in arrival order."""
     first = math.floor(n_requests * warmup_fraction)
-    return {"warmup_fraction": warmup_fraction, "first_request": first, "requests_measured": n_requests - first,
-            "description": f"requests {first}..{n_requests - 1} in arrival order "
-                           f"(first {warmup_fraction:.0%} excluded as warm-up)"}
+    return {
+        "warmup_fraction": warmup_fraction,
+        "first_request": first,
+        "requests_measured": n_requests - first,
+        "description": f"requests {first}..{n_requests - 1} in arrival order "
+        f"(first {warmup_fraction:.0%} excluded as warm-up)",
+    }
 
 
 def _rates(df: pd.DataFrame, unit: str) -> dict:
@@ -34,15 +38,27 @@ def _percentiles(values: Sequence[float]) -> dict:
     a = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if a.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
-    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
-            "p99": float(np.percentile(a, 99))}
+    return {
+        "mean": float(a.mean()),
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "p99": float(np.percentile(a, 99)),
+    }
 
 
-def build_summary(requests: pd.DataFrame, *, warmup_fraction: float, counters: dict, residency: dict,
-                  sizes: dict, mode: str, timed: dict | None = None) -> dict:
+def build_summary(
+    requests: pd.DataFrame,
+    *,
+    warmup_fraction: float,
+    counters: dict,
+    residency: dict,
+    sizes: dict,
+    mode: str,
+    timed: dict | None = None,
+) -> dict:
     """The summary dict. ``requests`` has one row per request in arrival order (see runner)."""
     win = window_of(len(requests), warmup_fraction)
-    measured = requests.iloc[win["first_request"]:]
+    measured = requests.iloc[win["first_request"] :]
     finished = measured[measured["status"] == "finished"] if "status" in measured else measured
     summary = {
         "mode": mode,

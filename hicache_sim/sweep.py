@@ -135,8 +135,10 @@ def check_resumable(out_dir: Path, now: dict) -> None:
     diff = differing_keys(before, now)
     if diff:
         shown = ", ".join(diff[:4]) + (f" and {len(diff) - 4} more" if len(diff) > 4 else "")
-        raise SweepFolderError(f"{out_dir}: made from another base scenario (differs in {shown}); "
-                               "use --force to recompute every point, or name another folder")
+        raise SweepFolderError(
+            f"{out_dir}: made from another base scenario (differs in {shown}); "
+            "use --force to recompute every point, or name another folder"
+        )
 
 
 def connect_dask(address: str, timeout_s: float = 10.0):
@@ -147,13 +149,24 @@ def connect_dask(address: str, timeout_s: float = 10.0):
         return Client(address, timeout=f"{timeout_s}s")
     except (OSError, TimeoutError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise SweepFolderError(f"--dask-scheduler {address}: no scheduler answered within {timeout_s:g} s "
-                               f"({first[:120]})") from None
+        raise SweepFolderError(
+            f"--dask-scheduler {address}: no scheduler answered within {timeout_s:g} s ({first[:120]})"
+        ) from None
 
 
-def run_sweep(base: dict, source: str, out_dir: Path, *, set_args: Iterable[str] = (), workers: int = 1,
-              dask_scheduler: str | None = None, base_dir: str | None = None, force: bool = False,
-              on_point: Callable[[], None] | None = None, dask_timeout_s: float = 10.0) -> SweepResult:
+def run_sweep(
+    base: dict,
+    source: str,
+    out_dir: Path,
+    *,
+    set_args: Iterable[str] = (),
+    workers: int = 1,
+    dask_scheduler: str | None = None,
+    base_dir: str | None = None,
+    force: bool = False,
+    on_point: Callable[[], None] | None = None,
+    dask_timeout_s: float = 10.0,
+) -> SweepResult:
     """Run every grid point whose result is not already in ``out_dir/points`` and gather the table.
 
     ``set_args`` apply to every point before the point's own overrides. A point's result is reused

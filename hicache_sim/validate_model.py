@@ -50,12 +50,14 @@ def read_transfer_log(path: str | Path) -> pd.DataFrame:
     except TransferLogError:
         raise
     except Exception as e:  # a reader failure is the file's fault
-        raise TransferLogError(f"{path}: cannot read: {str(e).splitlines()[0] if str(e) else type(e).__name__}") \
-            from None
+        raise TransferLogError(
+            f"{path}: cannot read: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
     missing = [c for c in LOG_COLUMNS if c not in df.columns]
     if missing:
-        raise TransferLogError(f"{path}: missing column(s) {', '.join(missing)} (a transfer log has "
-                               f"{', '.join(LOG_COLUMNS)})")
+        raise TransferLogError(
+            f"{path}: missing column(s) {', '.join(missing)} (a transfer log has {', '.join(LOG_COLUMNS)})"
+        )
     return df
 
 
@@ -96,10 +98,19 @@ class ReplayRun:
     meta: dict = field(default_factory=dict)
 
 
-def replay_transfers(r: Resolved, records: Iterable[Mapping], *, device: str = "auto", limit: int | None = None,
-                     per_layer: bool = True, integrity: bool = True, max_pool_bytes: int | None = None,
-                     cpu_threads: int | None = 1, repeats: int = 1,
-                     progress: Callable[[], None] | None = None) -> ReplayRun:
+def replay_transfers(
+    r: Resolved,
+    records: Iterable[Mapping],
+    *,
+    device: str = "auto",
+    limit: int | None = None,
+    per_layer: bool = True,
+    integrity: bool = True,
+    max_pool_bytes: int | None = None,
+    cpu_threads: int | None = 1,
+    repeats: int = 1,
+    progress: Callable[[], None] | None = None,
+) -> ReplayRun:
     """Execute a resolved scenario's host<->device transfers for real (after an integrity round trip).
 
     Pools follow the scenario's model, page size and ``mem_layout``, capped at ``max_pool_bytes``;
@@ -116,25 +127,38 @@ def replay_transfers(r: Resolved, records: Iterable[Mapping], *, device: str = "
     shape = KVShape.from_resolved(r)
     c = r.scenario.cache
     with threads_ctx(cpu_threads if dev.type == "cpu" else None):
-        pools = allocate_pools(shape, c.mem_layout, r.cache.device_pages, r.cache.host_pages, dev,
-                               max_pool_bytes=max_pool_bytes)
+        pools = allocate_pools(
+            shape, c.mem_layout, r.cache.device_pages, r.cache.host_pages, dev, max_pool_bytes=max_pool_bytes
+        )
         ex = Executor(pools, c.io_backend, max_staging_bytes=max_pool_bytes)
         report = {}
         if integrity:
             rep = check_round_trip(ex, pages=32, seed=r.scenario.seed, per_layer=per_layer)
-            report = {"passed": True, "pages": rep.pages, "layout": rep.layout, "io_backend": rep.io_backend,
-                      "per_layer": rep.per_layer}
-        passes = [execute_log(records, ex, per_layer=per_layer, limit=limit, progress=progress).assign(repeat=i)
-                  for i in range(repeats)]
+            report = {
+                "passed": True,
+                "pages": rep.pages,
+                "layout": rep.layout,
+                "io_backend": rep.io_backend,
+                "per_layer": rep.per_layer,
+            }
+        passes = [
+            execute_log(records, ex, per_layer=per_layer, limit=limit, progress=progress).assign(repeat=i)
+            for i in range(repeats)
+        ]
         df = pd.concat(passes, ignore_index=True)
         name = device_name(dev)
     if not df.empty:
         df["device_name"] = name
     skipped = sum(1 for rec in records if str(rec["kind"]) not in REPLAYED_KINDS)
-    pool_info = {"device_pages": pools.device_pages, "host_pages": pools.host_pages,
-                 "scenario_device_pages": r.cache.device_pages, "scenario_host_pages": r.cache.host_pages,
-                 "page_bytes": shape.page_bytes, "pinned_host": pools.pinned, **{
-                     f"{k}_shape": list(v) for k, v in pools.sglang_shapes().items()}}
+    pool_info = {
+        "device_pages": pools.device_pages,
+        "host_pages": pools.host_pages,
+        "scenario_device_pages": r.cache.device_pages,
+        "scenario_host_pages": r.cache.host_pages,
+        "page_bytes": shape.page_bytes,
+        "pinned_host": pools.pinned,
+        **{f"{k}_shape": list(v) for k, v in pools.sglang_shapes().items()},
+    }
     return ReplayRun(df, skipped, report, pool_info, dev.type, name)
 
 
@@ -155,8 +179,7 @@ def compare(measured: pd.DataFrame, r: Resolved, log: pd.DataFrame | None = None
     pred = np.empty(len(out))
     for direction, idx in out.groupby("direction").groups.items():
         sub = out.loc[idx]
-        pred[out.index.get_indexer(idx)] = predict(r.links[direction], sub["bytes"], sub["segments"],
-                                                   sub["launches"])
+        pred[out.index.get_indexer(idx)] = predict(r.links[direction], sub["bytes"], sub["segments"], sub["launches"])
     out["predicted_s"] = pred
     out["ape_pct"] = (out["predicted_s"] - out["measured_s"]).abs() / out["measured_s"] * 100
     if log is not None and "duration_s" in log.columns and log["duration_s"].notna().any():
@@ -173,13 +196,18 @@ def error_table(cmp: pd.DataFrame) -> pd.DataFrame:
         if g.empty:
             continue
         med, p90 = ape_stats(g["predicted_s"], g["measured_s"])
-        row = {"direction": name, "transfers": len(g), "median_ape_pct": med, "p90_ape_pct": p90,
-               "measured_total_s": g["measured_s"].sum(), "predicted_total_s": g["predicted_s"].sum()}
+        row = {
+            "direction": name,
+            "transfers": len(g),
+            "median_ape_pct": med,
+            "p90_ape_pct": p90,
+            "measured_total_s": g["measured_s"].sum(),
+            "predicted_total_s": g["predicted_s"].sum(),
+        }
         row["predicted_over_measured"] = row["predicted_total_s"] / row["measured_total_s"]
         if "simulated_s" in g and g["simulated_s"].notna().any():
             s = g[g["simulated_s"].notna()]
-            row["simulated_median_ape_pct"], row["simulated_p90_ape_pct"] = ape_stats(s["simulated_s"],
-                                                                                      s["measured_s"])
+            row["simulated_median_ape_pct"], row["simulated_p90_ape_pct"] = ape_stats(s["simulated_s"], s["measured_s"])
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -187,8 +215,14 @@ def error_table(cmp: pd.DataFrame) -> pd.DataFrame:
 def markdown(table: pd.DataFrame, *, title: str, notes: list[str]) -> str:
     """The error table as Markdown, with what was compared."""
     cols = list(table.columns)
-    lines = [f"# {title}", "", *(f"- {n}" for n in notes), "", "| " + " | ".join(cols) + " |",
-             "|" + "|".join("---" if c == "direction" else "---:" for c in cols) + "|"]
+    lines = [
+        f"# {title}",
+        "",
+        *(f"- {n}" for n in notes),
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "|".join("---" if c == "direction" else "---:" for c in cols) + "|",
+    ]
     for _, row in table.iterrows():
         cells = []
         for c in cols:
@@ -226,15 +260,43 @@ def count_replayed(log: pd.DataFrame, limit: int | None = None, repeats: int = 1
     return (min(n, limit) if limit else n) * repeats
 
 
-def validate_run(out, *, device: str = "auto", limit: int | None = None, per_layer: bool = True,
-                 max_pool_bytes: int | None = None, cpu_threads: int | None = 1, repeats: int = 3,
-                 progress: Callable[[], None] | None = None) -> Validation:
+def replay_volume(log: pd.DataFrame, limit: int | None = None) -> tuple[int, int, int]:
+    """(transfers, bytes) one pass of a replay will copy, and the transfers in the whole log, so the user
+    learns what a replay costs before it starts (a full scenario can copy hundreds of GB)."""
+    if not len(log):
+        return 0, 0, 0
+    copied = log[log["kind"].astype(str).isin(["d2h", "h2d"])]
+    total = len(copied)
+    if limit:
+        copied = copied.iloc[:limit]
+    return len(copied), int(copied["bytes"].sum()), total
+
+
+def validate_run(
+    out,
+    *,
+    device: str = "auto",
+    limit: int | None = None,
+    per_layer: bool = True,
+    max_pool_bytes: int | None = None,
+    cpu_threads: int | None = 1,
+    repeats: int = 3,
+    progress: Callable[[], None] | None = None,
+) -> Validation:
     """Replay a simulated run's transfer log for real (``repeats`` passes, the median per transfer
     compared, as calibration compares the median of a size's repeats) and compare per transfer."""
     log = out.transfers
-    run = replay_transfers(out.resolved, log.to_dict("records"), device=device, limit=limit, per_layer=per_layer,
-                           max_pool_bytes=max_pool_bytes, cpu_threads=cpu_threads, repeats=repeats,
-                           progress=progress)
+    run = replay_transfers(
+        out.resolved,
+        log.to_dict("records"),
+        device=device,
+        limit=limit,
+        per_layer=per_layer,
+        max_pool_bytes=max_pool_bytes,
+        cpu_threads=cpu_threads,
+        repeats=repeats,
+        progress=progress,
+    )
     cmp = compare(run.measurements, out.resolved, log)
     return Validation(out.resolved, run, cmp, error_table(cmp) if not cmp.empty else pd.DataFrame())
 
@@ -250,34 +312,65 @@ def write_validation(v: Validation, out_dir: str | Path) -> list[Path]:
     out_dir = Path(out_dir)
     sc = v.resolved.scenario
     cal = sc.hardware.calibration or "none (link presets)"
-    notes = [f"Scenario `{sc.name}` ({sc.mode} mode), model {v.resolved.model.name}, page {sc.cache.page_size} "
-             f"tokens, layout {sc.cache.mem_layout}, io backend {sc.cache.io_backend}.",
-             f"Link parameters: calibration {cal}. Replayed on {v.run.device} ({v.run.device_name}); "
-             f"{len(v.comparison)} host<->device transfers, {v.run.skipped_storage} storage transfers skipped.",
-             f"Integrity round trip: {'passed' if v.run.integrity.get('passed') else 'not run'}.",
-             "Predicted: the link model for each transfer alone on its link (an H2D loaded per layer is "
-             "one operation per layer)."]
+    notes = [
+        f"Scenario `{sc.name}` ({sc.mode} mode), model {v.resolved.model.name}, page {sc.cache.page_size} "
+        f"tokens, layout {sc.cache.mem_layout}, io backend {sc.cache.io_backend}.",
+        f"Link parameters: calibration {cal}. Replayed on {v.run.device} ({v.run.device_name}); "
+        f"{len(v.comparison)} host<->device transfers, {v.run.skipped_storage} storage transfers skipped.",
+        f"Integrity round trip: {'passed' if v.run.integrity.get('passed') else 'not run'}.",
+        "Predicted: the link model for each transfer alone on its link (an H2D loaded per layer is "
+        "one operation per layer).",
+    ]
     if "simulated_s" in v.comparison.columns:
-        notes.append("Simulated: the timed world's duration from its transfer log. It includes sharing the link "
-                     "with concurrent transfers and, for H2D, the whole step's merged layer-by-layer load; the "
-                     "replay runs each transfer alone, so differences there are not model error.")
+        notes.append(
+            "Simulated: the timed world's duration from its transfer log. It includes sharing the link "
+            "with concurrent transfers and, for H2D, the whole step's merged layer-by-layer load; the "
+            "replay runs each transfer alone, so differences there are not model error."
+        )
     written = [
         atomic_write(out_dir / "validation.parquet", lambda p: v.comparison.to_parquet(p, index=False)),
-        atomic_write(out_dir / "validation.md", lambda p: p.write_text(
-            markdown(v.table, title=f"Link model vs replay: {sc.name}", notes=notes), encoding="utf-8")),
+        atomic_write(
+            out_dir / "validation.md",
+            lambda p: p.write_text(
+                markdown(v.table, title=f"Link model vs replay: {sc.name}", notes=notes), encoding="utf-8"
+            ),
+        ),
     ]
     if not v.comparison.empty:
         rows = v.comparison.rename(columns={"measured_s": "duration_s"})
-        scatter_figure(rows, out_dir / "predicted_vs_measured.png",
-                       f"{sc.name}: link model ({Path(str(cal)).name}) vs replay on {v.run.device}")
+        scatter_figure(
+            rows,
+            out_dir / "predicted_vs_measured.png",
+            f"{sc.name}: link model ({Path(str(cal)).name}) vs replay on {v.run.device}",
+        )
         written.append(out_dir / "predicted_vs_measured.png")
-    meta = {"scenario": sc.name, "device": v.run.device, "device_name": v.run.device_name,
-            "integrity": v.run.integrity, "pools": v.run.pools, "skipped_storage": v.run.skipped_storage}
-    written.append(atomic_write(out_dir / "validation.json",
-                                lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")))
+    meta = {
+        "scenario": sc.name,
+        "device": v.run.device,
+        "device_name": v.run.device_name,
+        "integrity": v.run.integrity,
+        "pools": v.run.pools,
+        "skipped_storage": v.run.skipped_storage,
+    }
+    written.append(
+        atomic_write(
+            out_dir / "validation.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        )
+    )
     return written
 
 
-__all__ = ["TransferLogError", "Validation", "compare", "count_replayed", "error_table", "read_transfer_log",
-           "replay_transfers", "scenario_beside_log", "simulate_log", "validate_model", "validate_run",
-           "write_validation"]
+__all__ = [
+    "TransferLogError",
+    "Validation",
+    "compare",
+    "count_replayed",
+    "error_table",
+    "read_transfer_log",
+    "replay_transfers",
+    "scenario_beside_log",
+    "simulate_log",
+    "validate_model",
+    "validate_run",
+    "write_validation",
+]

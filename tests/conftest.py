@@ -62,7 +62,7 @@ def node_at(cache: HiCache, keys: list[int]):
     node, pos = cache.root, 0
     while pos < len(keys):
         node = node.children[keys[pos]]
-        assert keys[pos:pos + len(node.key)] == node.key, f"no node boundary at {keys}"
+        assert keys[pos : pos + len(node.key)] == node.key, f"no node boundary at {keys}"
         pos += len(node.key)
     return node
 

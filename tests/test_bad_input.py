@@ -48,20 +48,35 @@ SCENARIO_CASES = [
     pytest.param("- 1\n- 2\n", ["bad.yaml", "mapping at the top level"], id="top-level-list"),
     pytest.param(with_("cache", host_ratio=float("inf")), ["cache.host_ratio", "finite"], id="inf-ratio"),
     pytest.param(with_("cache", host_ratio=float("nan")), ["cache.host_ratio", "finite"], id="nan-ratio"),
-    pytest.param({**TINY, "scheduler": {"chunked_prefill_size": 256}},
-                 ["scheduler.chunked_prefill_size (256)", "cache.page_size (512)"], id="chunk-below-page"),
-    pytest.param({**with_("cache", page_size=100_000), "scheduler": {"chunked_prefill_size": 8192}},
-                 ["chunked_prefill_size (8192)", "cache.page_size (100000)"], id="page-of-100k-tokens"),
+    pytest.param(
+        {**TINY, "scheduler": {"chunked_prefill_size": 256}},
+        ["scheduler.chunked_prefill_size (256)", "cache.page_size (512)"],
+        id="chunk-below-page",
+    ),
+    pytest.param(
+        {**with_("cache", page_size=100_000), "scheduler": {"chunked_prefill_size": 8192}},
+        ["chunked_prefill_size (8192)", "cache.page_size (100000)"],
+        id="page-of-100k-tokens",
+    ),
     pytest.param({**TINY, "hardware": {"tp": 3}}, ["hardware.tp", "32 attention heads"], id="tp-vs-heads"),
-    pytest.param({**TINY, "model": CUSTOM_MODEL, "hardware": {"tp": 4}}, ["hardware.tp", "6 KV heads"],
-                 id="tp-vs-kv-heads"),
-    pytest.param({**TINY, "sweep": {"cache.host_ratio": [0.5, 1, 0.5]}}, ["sweep", "cache.host_ratio", "twice"],
-                 id="duplicate-sweep-value"),
-    pytest.param({**TINY, "hardware": {"pcie": {"latency_us": 1e24}}}, ["hardware.pcie.latency_us", "less than"],
-                 id="cost-beyond-float-time"),
-    pytest.param({**TINY, "workload": {"kind": "multiturn", "multiturn": {"num_clients": 100_000,
-                                                                          "num_rounds": 200}}},
-                 ["workload.multiturn", "would generate"], id="workload-too-large"),
+    pytest.param(
+        {**TINY, "model": CUSTOM_MODEL, "hardware": {"tp": 4}}, ["hardware.tp", "6 KV heads"], id="tp-vs-kv-heads"
+    ),
+    pytest.param(
+        {**TINY, "sweep": {"cache.host_ratio": [0.5, 1, 0.5]}},
+        ["sweep", "cache.host_ratio", "twice"],
+        id="duplicate-sweep-value",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"pcie": {"latency_us": 1e24}}},
+        ["hardware.pcie.latency_us", "less than"],
+        id="cost-beyond-float-time",
+    ),
+    pytest.param(
+        {**TINY, "workload": {"kind": "multiturn", "multiturn": {"num_clients": 100_000, "num_rounds": 200}}},
+        ["workload.multiturn", "would generate"],
+        id="workload-too-large",
+    ),
 ]
 
 
@@ -82,8 +97,11 @@ def test_scenario_path_is_a_folder(tmp_path):
 # --------------------------------------------------------------------------- trace files
 
 TRACE_CASES = [
-    pytest.param(b'{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n\xff\xfe\n',
-                 ["trace.jsonl:2", "not UTF-8"], id="non-utf8-trace"),
+    pytest.param(
+        b'{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n\xff\xfe\n',
+        ["trace.jsonl:2", "not UTF-8"],
+        id="non-utf8-trace",
+    ),
     pytest.param(b"", ["trace.jsonl", "no requests"], id="empty-trace"),
     pytest.param(b"{not json\n", ["trace.jsonl:1", "not valid JSON"], id="bad-json"),
 ]
@@ -127,6 +145,7 @@ def test_set_mapping_is_merged_not_replaced(tmp_path):
 
 # --------------------------------------------------------------------------- --out
 
+
 def _user_folder(tmp_path: Path) -> Path:
     mine = tmp_path / "mine"
     (mine / "src").mkdir(parents=True)
@@ -137,13 +156,18 @@ def _user_folder(tmp_path: Path) -> Path:
 
 OUT_CASES = [
     pytest.param(lambda t: _user_folder(t), ["--out", "mine", "did not write"], id="user-folder"),
-    pytest.param(lambda t: (t / "file.txt").write_text("keep") and t / "file.txt", ["file.txt", "not a folder"],
-                 id="existing-file"),
+    pytest.param(
+        lambda t: (t / "file.txt").write_text("keep") and t / "file.txt",
+        ["file.txt", "not a folder"],
+        id="existing-file",
+    ),
     pytest.param(lambda t: Path("/dev/null"), ["/dev/null", "not a folder"], id="device-node"),
-    pytest.param(lambda t: Path("/proc/hicache-sim-out"), ["/proc/hicache-sim-out", "cannot write"],
-                 id="unwritable-place"),
-    pytest.param(lambda t: (t / "link").symlink_to(_user_folder(t)) or t / "link", ["link", "not a folder"],
-                 id="symlink"),
+    pytest.param(
+        lambda t: Path("/proc/hicache-sim-out"), ["/proc/hicache-sim-out", "cannot write"], id="unwritable-place"
+    ),
+    pytest.param(
+        lambda t: (t / "link").symlink_to(_user_folder(t)) or t / "link", ["link", "not a folder"], id="symlink"
+    ),
 ]
 
 
@@ -154,8 +178,10 @@ def test_bad_out(tmp_path, verb, make, fragments):
     sc = write_scenario(tmp_path, data)
     target = make(tmp_path)
     before = snapshot(tmp_path)
-    assert_user_error(invoke(verb, sc, "--out", target, "--workers", 1) if verb == "sweep"
-                      else invoke(verb, sc, "--out", target), *fragments)
+    assert_user_error(
+        invoke(verb, sc, "--out", target, "--workers", 1) if verb == "sweep" else invoke(verb, sc, "--out", target),
+        *fragments,
+    )
     assert snapshot(tmp_path) == before
     assert not [p for p in tmp_path.iterdir() if ".hicache-tmp-" in p.name]
 
@@ -190,6 +216,7 @@ def test_out_in_read_only_folder(tmp_path):
 
 # --------------------------------------------------------------------------- sweeps
 
+
 def test_unreachable_dask_scheduler(tmp_path):
     sc = write_scenario(tmp_path, {**TINY, "sweep": {"cache.host_ratio": [0.5, 1]}})
     before = snapshot(tmp_path)
@@ -205,6 +232,7 @@ def test_bad_workers(tmp_path):
 
 
 # ------------------------------------------------------------------ every schema field, fuzzed
+
 
 def _leaf_fields(model_cls, prefix: str = "") -> list[tuple[str, object]]:
     """Every (dotted key, field info) of the scenario schema, nested sections expanded."""
@@ -227,8 +255,9 @@ def _schema_keys() -> list[str]:
 
 
 WRONG_VALUES = st.one_of(
-    st.sampled_from([-1, 0, -0.5, 10**30, 1e308, "", "x", "big", True, [], [1, 2], {}, {"a": 1}, None, 1.5,
-                     "builtin:nope", "-1"]),
+    st.sampled_from(
+        [-1, 0, -0.5, 10**30, 1e308, "", "x", "big", True, [], [1, 2], {}, {"a": 1}, None, 1.5, "builtin:nope", "-1"]
+    ),
     st.integers(min_value=-(10**20), max_value=10**20),
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=12),
@@ -240,8 +269,9 @@ def test_schema_has_many_fields():
     assert len(keys) > 60 and "cache.host_ratio" in keys and "workload.multiturn.num_clients" in keys
 
 
-@settings(max_examples=250, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(key=st.sampled_from(_schema_keys()), value=WRONG_VALUES)
 def test_any_field_any_value_never_a_traceback(tmp_path, key, value):
     """Whatever value lands in whatever field: either it is valid, or one error line and exit 2."""

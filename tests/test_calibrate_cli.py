@@ -13,22 +13,30 @@ from hicache_sim.calibration_file import load_calibration
 from hicache_sim.scenario import PACKAGE_DATA, build_scenario, resolve
 
 SCENARIO = {
-    "name": "cal", "model": "llama-3.1-8b",
-    "cache": {"page_size": 64, "device_tokens": 64 * 100, "host_ratio": 2, "mem_layout": "page_first",
-              "io_backend": "kernel"},
+    "name": "cal",
+    "model": "llama-3.1-8b",
+    "cache": {
+        "page_size": 64,
+        "device_tokens": 64 * 100,
+        "host_ratio": 2,
+        "mem_layout": "page_first",
+        "io_backend": "kernel",
+    },
     "workload": {"kind": "poisson_synthetic", "poisson_synthetic": {"num_requests": 5}},
 }
-
-
 
 
 @pytest.fixture
 def measurements_csv(tmp_path) -> Path:
     import pandas as pd
 
-    df = pd.concat([synthetic(KERNEL, noise=0.02, layout="page_first"),
-                    synthetic(DIRECT, direction="d2h", io="kernel", layout="page_first", noise=0.02,
-                              launches_per_layer=False)], ignore_index=True)
+    df = pd.concat(
+        [
+            synthetic(KERNEL, noise=0.02, layout="page_first"),
+            synthetic(DIRECT, direction="d2h", io="kernel", layout="page_first", noise=0.02, launches_per_layer=False),
+        ],
+        ignore_index=True,
+    )
     path = tmp_path / "m.csv"
     df.to_csv(path, index=False)
     return path
@@ -52,26 +60,37 @@ def test_calibrate_writes_a_file_that_changes_a_scenarios_links(tmp_path, measur
     assert with_cal["h2d"].bandwidth_Bps == pytest.approx(KERNEL.bandwidth_Bps, rel=0.05)
     assert with_cal["d2h"] == cal.get("d2h", "kernel", "page_first")
     # a layout the file does not cover keeps the preset
-    other = {**SCENARIO, "cache": {**SCENARIO["cache"], "mem_layout": "layer_first"},
-             "hardware": {"calibration": str(out)}}
+    other = {
+        **SCENARIO,
+        "cache": {**SCENARIO["cache"], "mem_layout": "layer_first"},
+        "hardware": {"calibration": str(out)},
+    }
     assert resolve(build_scenario(other, "s")).links == preset
 
 
 def test_calibrate_missing_file(tmp_path):
     out = tmp_path / "c.yaml"
-    assert_user_error(invoke("calibrate", tmp_path / "nope.parquet", "--out", out), "nope.parquet",
-                      "measurements file not found")
+    assert_user_error(
+        invoke("calibrate", tmp_path / "nope.parquet", "--out", out), "nope.parquet", "measurements file not found"
+    )
     assert not out.exists()
 
 
-@pytest.mark.parametrize("edit,fragments", [
-    (lambda text: text.replace("h2d,kernel", "h2d,kernal", 1), ("row 1", "io_backend", "'kernal'")),
-    (lambda text: "\n".join(ln if i != 5 else ln.rsplit(",", 1)[0] + ",soon" for i, ln in
-                            enumerate(text.splitlines())), ("row 5", "duration_s")),
-    (lambda text: text.replace("duration_s", "time_s", 1), ("missing column(s) duration_s",)),
-    (lambda text: text.splitlines()[0] + "\n", ("no measurements",)),
-    (lambda text: "\x00\x01 not a csv \"\n,,\n", ("m.csv",)),
-])
+@pytest.mark.parametrize(
+    "edit,fragments",
+    [
+        (lambda text: text.replace("h2d,kernel", "h2d,kernal", 1), ("row 1", "io_backend", "'kernal'")),
+        (
+            lambda text: "\n".join(
+                ln if i != 5 else ln.rsplit(",", 1)[0] + ",soon" for i, ln in enumerate(text.splitlines())
+            ),
+            ("row 5", "duration_s"),
+        ),
+        (lambda text: text.replace("duration_s", "time_s", 1), ("missing column(s) duration_s",)),
+        (lambda text: text.splitlines()[0] + "\n", ("no measurements",)),
+        (lambda text: '\x00\x01 not a csv "\n,,\n', ("m.csv",)),
+    ],
+)
 def test_calibrate_malformed_rows(tmp_path, measurements_csv, edit, fragments):
     measurements_csv.write_text(edit(measurements_csv.read_text()))
     out = tmp_path / "out" / "calibration.yaml"
@@ -80,8 +99,9 @@ def test_calibrate_malformed_rows(tmp_path, measurements_csv, edit, fragments):
 
 
 def test_calibrate_bad_flags(tmp_path, measurements_csv):
-    assert_user_error(invoke("calibrate", measurements_csv, "--holdout", "1.5", "--out", tmp_path / "c.yaml"),
-                      "--holdout")
+    assert_user_error(
+        invoke("calibrate", measurements_csv, "--holdout", "1.5", "--out", tmp_path / "c.yaml"), "--holdout"
+    )
     assert_user_error(invoke("calibrate", measurements_csv, "--out", tmp_path), "is a folder")
     assert_user_error(invoke("calibrate", tmp_path / "m.txt", "--out", tmp_path / "c.yaml"), "m.txt")
 

@@ -28,15 +28,19 @@ def write_yaml(path: Path, data) -> Path:
     return path
 
 
-
-
 def test_run_writes_every_output(tmp_path):
     sc = write_yaml(tmp_path / "tiny.yaml", TINY)
     out = tmp_path / "out"
     r = invoke("run", sc, "--out", out, "--check-invariants")
     assert r.exit_code == 0, r.output
-    for name in ("summary.json", "requests.parquet", "timeseries.parquet", "scenario.yaml", "residency.png",
-                 "hit_rate.png"):
+    for name in (
+        "summary.json",
+        "requests.parquet",
+        "timeseries.parquet",
+        "scenario.yaml",
+        "residency.png",
+        "hit_rate.png",
+    ):
         assert (out / name).is_file(), name
     s = json.loads((out / "summary.json").read_text())
     assert s["requests"] == 400
@@ -68,8 +72,9 @@ def test_run_is_deterministic_byte_for_byte(tmp_path):
 def test_set_overrides_any_key(tmp_path):
     sc = write_yaml(tmp_path / "tiny.yaml", TINY)
     out = tmp_path / "o"
-    r = invoke("run", sc, "--out", out, "--no-figures", "--set", "cache.host_ratio=2",
-               "--set", "cache.host_eviction=boundary")
+    r = invoke(
+        "run", sc, "--out", out, "--no-figures", "--set", "cache.host_ratio=2", "--set", "cache.host_eviction=boundary"
+    )
     assert r.exit_code == 0, r.output
     resolved = yaml.safe_load((out / "scenario.yaml").read_text())["scenario"]
     assert resolved["cache"]["host_ratio"] == 2 and resolved["cache"]["host_eviction"] == "boundary"
@@ -100,11 +105,12 @@ def test_every_shipped_scenario_validates():
         ({**TINY, "cache": {**TINY["cache"], "page_size": "big"}}, ["cache.page_size", "integer"]),
         ({**TINY, "cache": {**TINY["cache"], "host_ratio": -1}}, ["cache.host_ratio", "greater than or equal to 0"]),
         ({**TINY, "cache": {**TINY["cache"], "device_tokens": -512}}, ["cache.device_tokens", "greater than 0"]),
-        ({**TINY, "cache": {**TINY["cache"], "write_policy": "write_sometimes"}},
-         ["cache.write_policy", "write_through"]),
+        (
+            {**TINY, "cache": {**TINY["cache"], "write_policy": "write_sometimes"}},
+            ["cache.write_policy", "write_through"],
+        ),
         ({**TINY, "model": "gpt-9"}, ["model.preset", "llama-3.1-8b"]),
-        ({**TINY, "cache": {**TINY["cache"], "host_memory_mode": "buffer_only"}},
-         ["host_memory_mode", "storage"]),
+        ({**TINY, "cache": {**TINY["cache"], "host_memory_mode": "buffer_only"}}, ["host_memory_mode", "storage"]),
     ],
 )
 def test_bad_scenario_is_one_line_exit_2(tmp_path, content, fragments):
@@ -131,13 +137,16 @@ def test_missing_trace_names_the_file(tmp_path):
 @pytest.mark.parametrize(
     ("line", "fragments"),
     [
-        ('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n{not json}\n',
-         [":2:", "not valid JSON"]),
+        (
+            '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n{not json}\n',
+            [":2:", "not valid JSON"],
+        ),
         ('{"timestamp": 0, "input_length": 600, "output_length": 5}\n', [":1:", "hash_ids"]),
-        ('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1]}\n',
-         [":1:", "expected ceil(600/512) = 2"]),
-        ('{"timestamp": -4, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
-         [":1:", "timestamp"]),
+        (
+            '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1]}\n',
+            [":1:", "expected ceil(600/512) = 2"],
+        ),
+        ('{"timestamp": -4, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n', [":1:", "timestamp"]),
     ],
 )
 def test_malformed_trace_line_is_cited(tmp_path, line, fragments):
@@ -186,8 +195,20 @@ def test_sweep_runs_grid_resumes_and_plots(tmp_path):
     # Each point equals a plain run with the same overrides.
     one = table[(table["cache.host_eviction"] == "boundary") & (table["cache.host_ratio"] == 0.5)].iloc[0]
     single = tmp_path / "single"
-    assert invoke("run", sc, "--out", single, "--no-figures", "--set", "cache.host_eviction=boundary",
-                  "--set", "cache.host_ratio=0.5").exit_code == 0
+    assert (
+        invoke(
+            "run",
+            sc,
+            "--out",
+            single,
+            "--no-figures",
+            "--set",
+            "cache.host_eviction=boundary",
+            "--set",
+            "cache.host_ratio=0.5",
+        ).exit_code
+        == 0
+    )
     s = json.loads((single / "summary.json").read_text())
     assert one["hit_rate.total"] == pytest.approx(s["hit_rate"]["total"])
     # Resume: delete one point, rerun: only that point runs again.
@@ -221,8 +242,9 @@ def test_sweep_on_a_local_dask_cluster(tmp_path):
     assert invoke("sweep", sc, "--out", local, "--workers", "1").exit_code == 0
     t2 = pd.read_parquet(local / "sweep.parquet")
     cols = ["point", "hit_rate.device", "hit_rate.host", "hit_rate.total"]
-    pd.testing.assert_frame_equal(table[cols].sort_values("point").reset_index(drop=True),
-                                  t2[cols].sort_values("point").reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        table[cols].sort_values("point").reset_index(drop=True), t2[cols].sort_values("point").reset_index(drop=True)
+    )
 
 
 def test_plot_redraws_run_and_sweep(tmp_path):
@@ -236,10 +258,16 @@ def test_plot_redraws_run_and_sweep(tmp_path):
 
 
 def test_timed_sweep_draws_ttft_vs_ratio(tmp_path):
-    data = {**TINY, "mode": "timed", "cache": {**TINY["cache"], "page_size": 64, "device_tokens": 64 * 2000},
-            "workload": {"kind": "trace", "trace": {"path": "builtin:mooncake/conversation_trace.jsonl",
-                                                    "limit": 60, "time_scale": 4.0}},
-            "sweep": {"cache.host_ratio": [0.5, 2.0]}}
+    data = {
+        **TINY,
+        "mode": "timed",
+        "cache": {**TINY["cache"], "page_size": 64, "device_tokens": 64 * 2000},
+        "workload": {
+            "kind": "trace",
+            "trace": {"path": "builtin:mooncake/conversation_trace.jsonl", "limit": 60, "time_scale": 4.0},
+        },
+        "sweep": {"cache.host_ratio": [0.5, 2.0]},
+    }
     sc = write_yaml(tmp_path / "t.yaml", data)
     out = tmp_path / "sw"
     r = invoke("sweep", sc, "--out", out, "--workers", "1")

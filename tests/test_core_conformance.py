@@ -43,11 +43,21 @@ def test_rows_are_the_documents_rows():
     assert doc_rows == [(r[0], r[1], r[2], r[5], r[6]) for r in ROWS]
 
 
-@pytest.mark.parametrize(("run", "l1", "l2", "chunk", "match", "want_l1", "want_l12", "failed"), ROWS,
-                         ids=[f"{r[0]}-L1_{r[1]}-L2_{r[2]}" for r in ROWS])
+@pytest.mark.parametrize(
+    ("run", "l1", "l2", "chunk", "match", "want_l1", "want_l12", "failed"),
+    ROWS,
+    ids=[f"{r[0]}-L1_{r[1]}-L2_{r[2]}" for r in ROWS],
+)
 def test_conformance_with_sglang(synthetic_trace, run, l1, l2, chunk, match, want_l1, want_l12, failed):
-    config = CacheConfig(512, l1, l2, write_policy="write_through", host_eviction="evicted_only",
-                         eviction_policy="lru", eviction_granularity="page" if run == "c1" else "node")
+    config = CacheConfig(
+        512,
+        l1,
+        l2,
+        write_policy="write_through",
+        host_eviction="evicted_only",
+        eviction_policy="lru",
+        eviction_granularity="page" if run == "c1" else "node",
+    )
     res = run_instant(config, synthetic_trace, chunk_pages=chunk, reserve_last_token=match == "cap")
     rate = res.page_hit_rate()
     assert not res.rejected
@@ -62,8 +72,9 @@ def test_chunked_prefill_and_page_level_nodes_change_the_hit_rate(synthetic_trac
     rates = {}
     for name, chunk, gran in (("whole", None, "node"), ("c16", 16, "node"), ("page", None, "page")):
         cfg = CacheConfig(512, 3000, 0, eviction_granularity=gran)
-        rates[name] = run_instant(cfg, synthetic_trace, chunk_pages=chunk,
-                                  reserve_last_token=False).page_hit_rate()["device"]
+        rates[name] = run_instant(cfg, synthetic_trace, chunk_pages=chunk, reserve_last_token=False).page_hit_rate()[
+            "device"
+        ]
     assert rates["whole"] < rates["c16"] < rates["page"]
 
 
@@ -77,8 +88,12 @@ def conversation_runs(conversation_trace):
         cfg = CacheConfig(512, 6000, 3000, write_policy="write_through", host_eviction=rule)
         res = run_instant(cfg, conversation_trace, reserve_last_token=False)
         rate = res.page_hit_rate()
-        out[rule] = {"l12": rate["device"] + rate["host"], "res": res.cache.residency(),
-                     "failed": res.cache.counters.failed_host_allocations, "rejected": len(res.rejected)}
+        out[rule] = {
+            "l12": rate["device"] + rate["host"],
+            "res": res.cache.residency(),
+            "failed": res.cache.counters.failed_host_allocations,
+            "rejected": len(res.rejected),
+        }
     return out
 
 

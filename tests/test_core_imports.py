@@ -44,13 +44,16 @@ def test_core_modules_never_import_heavy_dependencies():
                 continue
             for name in names:
                 assert name.split(".")[0] not in FORBIDDEN, f"{path.name}:{node.lineno} imports {name}"
-                assert not name.startswith("hicache_sim.") or name.startswith("hicache_sim.core"), \
+                assert not name.startswith("hicache_sim.") or name.startswith("hicache_sim.core"), (
                     f"{path.name}:{node.lineno} imports {name} from outside the core"
+                )
 
 
 def test_importing_the_core_loads_none_of_them():
-    code = ("import sys, hicache_sim.core\n"
-            "print(sorted(m for m in ('simpy', 'torch', 'pandas', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys, hicache_sim.core\n"
+        "print(sorted(m for m in ('simpy', 'torch', 'pandas', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

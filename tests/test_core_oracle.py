@@ -122,8 +122,10 @@ def test_page_granular_device_hits_equal_the_stack_distance_oracle(trace_prefix,
         res = run_instant(page_lru(cap), reqs, reserve_last_token=reserve_last_token)
         assert not res.rejected
         mismatches = [i for i, (a, b) in enumerate(zip(res.device_hit, oracle[cap])) if a != b]
-        assert not mismatches, (f"capacity {cap}: {len(mismatches)} requests differ, first {mismatches[0]}: "
-                                f"core {res.device_hit[mismatches[0]]}, oracle {oracle[cap][mismatches[0]]}")
+        assert not mismatches, (
+            f"capacity {cap}: {len(mismatches)} requests differ, first {mismatches[0]}: "
+            f"core {res.device_hit[mismatches[0]]}, oracle {oracle[cap][mismatches[0]]}"
+        )
     # The capacities really differ: hits grow with capacity (inclusion property).
     totals = [sum(oracle[c]) for c in CAPACITIES]
     assert totals == sorted(totals) and totals[0] < totals[-1]

@@ -62,9 +62,14 @@ def test_capacity_limit_formulas():
     assert prefetch_capacity_limit_tokens(3001, 1000, "2026_buffer_only") == int(0.9 * 3001)
 
 
-@pytest.mark.parametrize(("semantics", "mode", "limit_pages"),
-                         [("2025", "cache", int(0.8 * (128 - 64) * P) // P), ("2026", "cache", 64),
-                          ("2026", "buffer_only", int(0.9 * 128 * P) // P)])
+@pytest.mark.parametrize(
+    ("semantics", "mode", "limit_pages"),
+    [
+        ("2025", "cache", int(0.8 * (128 - 64) * P) // P),
+        ("2026", "cache", 64),
+        ("2026", "buffer_only", int(0.9 * 128 * P) // P),
+    ],
+)
 def test_capacity_limit_per_mode(semantics, mode, limit_pages):
     c = storage_cache(semantics=semantics, host_memory_mode=mode)
     assert c.prefetch_capacity_limit_pages() == limit_pages
@@ -232,8 +237,9 @@ def test_wait_complete_with_an_empty_hit_is_revoked_at_the_query():
     assert c.check_prefetch_progress("r", 0.0)
 
 
-@pytest.mark.parametrize(("semantics", "expected"), [("2025", 1.0 + 0.25 * 32 * P / 1024),
-                                                     ("2026", 2.0 + 0.1 * 32 * P / 1024)])
+@pytest.mark.parametrize(
+    ("semantics", "expected"), [("2025", 1.0 + 0.25 * 32 * P / 1024), ("2026", 2.0 + 0.1 * 32 * P / 1024)]
+)
 def test_timeout_formula_and_boundary(semantics, expected):
     c, op, ts = started("timeout", semantics=semantics)
     assert c.prefetch_timeout(op) == pytest.approx(expected)
@@ -262,8 +268,9 @@ def test_timeout_function():
 
 
 def test_timeout_settings_override_the_era_defaults():
-    c, op, _ts = started("timeout", prefetch_timeout_base_s=5.0, prefetch_timeout_per_ki_token_s=1.0,
-                         prefetch_timeout_max_s=5.2)
+    c, op, _ts = started(
+        "timeout", prefetch_timeout_base_s=5.0, prefetch_timeout_per_ki_token_s=1.0, prefetch_timeout_max_s=5.2
+    )
     assert c.prefetch_timeout(op) == pytest.approx(5.2)
 
 

@@ -21,19 +21,30 @@ from hicache_sim.core.tree import chain_hashes
 from hicache_sim.instant import run_instant
 from hicache_sim.workloads import Request
 
-SETTINGS = settings(max_examples=600, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=600,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @st.composite
 def configs(draw):
     buffer_only = draw(st.booleans()) and draw(st.booleans())  # a quarter of the runs
-    write_policy = draw(st.sampled_from(["write_through", "write_through_selective"] if buffer_only
-                                        else ["write_through", "write_through_selective", "write_back"]))
+    write_policy = draw(
+        st.sampled_from(
+            ["write_through", "write_through_selective"]
+            if buffer_only
+            else ["write_through", "write_through_selective", "write_back"]
+        )
+    )
     device = draw(st.integers(4, 24))
     host_kind = draw(st.sampled_from(["none", "smaller", "larger"] if not buffer_only else ["smaller", "larger"]))
-    host = {"none": 0, "smaller": draw(st.integers(1, device)),
-            "larger": draw(st.integers(device + 1, 3 * device))}[host_kind]
+    host = {"none": 0, "smaller": draw(st.integers(1, device)), "larger": draw(st.integers(device + 1, 3 * device))}[
+        host_kind
+    ]
     page_size = draw(st.sampled_from([1, 4]))
     return CacheConfig(
         page_size=page_size,
@@ -56,11 +67,39 @@ def configs(draw):
 
 
 sequences = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=8), min_size=1, max_size=6)
-OPS = ("request", "request", "request", "finish", "abort", "evict", "evict", "evict_host", "lock", "unlock",
-       "pin", "pin", "unpin", "load_back", "load_back", "prefetch", "prefetch", "query", "progress", "progress",
-       "release", "complete", "complete", "complete", "drain", "flush", "store", "store")
-ops_lists = st.lists(st.tuples(st.integers(0, len(OPS) - 1), st.integers(0, 999), st.integers(0, 999)),
-                     min_size=10, max_size=80)
+OPS = (
+    "request",
+    "request",
+    "request",
+    "finish",
+    "abort",
+    "evict",
+    "evict",
+    "evict_host",
+    "lock",
+    "unlock",
+    "pin",
+    "pin",
+    "unpin",
+    "load_back",
+    "load_back",
+    "prefetch",
+    "prefetch",
+    "query",
+    "progress",
+    "progress",
+    "release",
+    "complete",
+    "complete",
+    "complete",
+    "drain",
+    "flush",
+    "store",
+    "store",
+)
+ops_lists = st.lists(
+    st.tuples(st.integers(0, len(OPS) - 1), st.integers(0, 999), st.integers(0, 999)), min_size=10, max_size=80
+)
 
 
 class Driver:
@@ -81,15 +120,18 @@ class Driver:
         return seq[: 1 + b % len(seq)]
 
     def held(self) -> list[int]:
-        return [p for s in self.running for p in s.pages[s.cached:]]
+        return [p for s in self.running for p in s.pages[s.cached :]]
 
     # One method per operation; a and b are raw draws, decoded modulo the choices at hand.
     def op_request(self, a, b):
         c = self.c
         keys = self.keys(a, b)
         self.n += 1
-        rid = f"r{self.n}" if b % 3 else (self.prefetching[a % len(self.prefetching)] if self.prefetching
-                                            else f"r{self.n}")
+        rid = (
+            f"r{self.n}"
+            if b % 3
+            else (self.prefetching[a % len(self.prefetching)] if self.prefetching else f"r{self.n}")
+        )
         if rid in self.prefetching:
             if not c.check_prefetch_progress(rid, self.now):
                 return
@@ -168,7 +210,7 @@ class Driver:
         m = c.match_prefix(keys)
         self.n += 1
         rid = f"r{self.n}"
-        if c.prefetch(rid, m.last_node, keys[m.device_hit_pages + m.host_hit_pages:], self.now) is not None:
+        if c.prefetch(rid, m.last_node, keys[m.device_hit_pages + m.host_hit_pages :], self.now) is not None:
             self.prefetching.append(rid)
             if b % 2:
                 c.prefetch_query(rid)
@@ -287,16 +329,20 @@ def test_random_operations_keep_every_invariant(config, seqs, ops):
 
 
 @SETTINGS
-@given(configs(), sequences,
-       st.lists(st.tuples(st.integers(0, 99), st.integers(1, 12), st.integers(0, 3)), min_size=20, max_size=80),
-       st.sampled_from([None, 1, 2, 3]), st.booleans())
+@given(
+    configs(),
+    sequences,
+    st.lists(st.tuples(st.integers(0, 99), st.integers(1, 12), st.integers(0, 3)), min_size=20, max_size=80),
+    st.sampled_from([None, 1, 2, 3]),
+    st.booleans(),
+)
 def test_random_request_streams_in_instant_mode(config, seqs, reqs, chunk_pages, reserve_last_token):
     """Whole request streams (match, load-back, prefetch, chunked checkpoints, finish, with every ack
     drained between requests) on the same random configurations; invariants after every request."""
     requests = []
     for i, (s, n, short) in enumerate(reqs):
         seq = seqs[s % len(seqs)]
-        keys = tuple((seq * 2)[:min(n, 2 * len(seq))])
+        keys = tuple((seq * 2)[: min(n, 2 * len(seq))])
         tokens = len(keys) * config.page_size - min(short, config.page_size - 1)
         requests.append(Request(f"q{i}", float(i), tokens, 1, keys))
 
@@ -306,8 +352,14 @@ def test_random_request_streams_in_instant_mode(config, seqs, reqs, chunk_pages,
         driver.c = cache
         driver.check()
 
-    res = run_instant(config, requests, chunk_pages=chunk_pages, reserve_last_token=reserve_last_token,
-                      check_invariants=True, on_request=after)
+    res = run_instant(
+        config,
+        requests,
+        chunk_pages=chunk_pages,
+        reserve_last_token=reserve_last_token,
+        check_invariants=True,
+        on_request=after,
+    )
     c = res.cache
     for i, r in enumerate(requests):
         hits = res.device_hit[i] + res.host_hit[i] + res.storage_hit[i]
@@ -320,8 +372,10 @@ def test_random_request_streams_in_instant_mode(config, seqs, reqs, chunk_pages,
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
-@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=10), min_size=1, max_size=12),
-       st.sampled_from(["node", "page"]))
+@given(
+    st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=10), min_size=1, max_size=12),
+    st.sampled_from(["node", "page"]),
+)
 def test_insert_match_round_trip_without_eviction(seqs, granularity):
     """Invariant 12: with room for everything, insert returns the device prefix matched before it, and
     a match returns exactly the pages inserted for that prefix."""
@@ -332,8 +386,8 @@ def test_insert_match_round_trip_without_eviction(seqs, granularity):
         pages = list(m.device_pages) + c.device.alloc(len(keys) - len(m.device_pages))
         assert c.insert(keys, pages) == len(m.device_pages)
         for i in range(len(keys)):
-            owner.setdefault(tuple(keys[:i + 1]), pages[i])
+            owner.setdefault(tuple(keys[: i + 1]), pages[i])
         got = c.match_prefix(keys).device_pages
-        assert got == [owner[tuple(keys[:i + 1])] for i in range(len(keys))]
+        assert got == [owner[tuple(keys[: i + 1])] for i in range(len(keys))]
         check(c)
     assert c.device.used() == len(owner)

@@ -123,8 +123,7 @@ def test_27108_write_back_with_a_failing_backup_falls_back_and_leaks_nothing():
 
 
 def test_30106_prefetch_never_anchors_host_only_pages_under_a_device_only_node():
-    c = new_cache(page_size=16, device_pages=64, host_pages=128, storage=True,
-                  write_policy="write_through_selective")
+    c = new_cache(page_size=16, device_pages=64, host_pages=128, storage=True, write_policy="write_through_selective")
     put(c, [1, 2])  # one insert-hit: D-only under the selective policy
     anchor = node_at(c, [1, 2])
     assert anchor.state() == "D"
@@ -139,8 +138,14 @@ def test_30106_attach_point_that_lost_its_host_copy_meanwhile():
     """The anchor had a host copy when the prefetch started; by the time it ends, another request has
     inserted a device-only node on the prefetched path. Attaching the rest under it would leave
     H-only pages under a D-only parent (#30106): the pages are freed instead."""
-    c = new_cache(page_size=16, device_pages=64, host_pages=128, storage=True,
-                  write_policy="write_through_selective", prefetch_policy="wait_complete")
+    c = new_cache(
+        page_size=16,
+        device_pages=64,
+        host_pages=128,
+        storage=True,
+        write_policy="write_through_selective",
+        prefetch_policy="wait_complete",
+    )
     put(c, [1, 2])
     put(c, [1, 2])  # second insert-hit: backed up
     settle(c)

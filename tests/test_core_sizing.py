@@ -37,13 +37,16 @@ def test_fp8_halves_the_bytes():
     assert kv_bytes_per_token(dims) == 65536
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"num_layers": 0, "num_kv_heads": 8, "head_dim": 128}, "model.num_layers"),
-    ({"num_layers": 32, "attention": "gqa", "num_kv_heads": 8, "head_dim": 128}, "model.attention"),
-    ({"num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "dtype": "int3"}, "model.dtype"),
-    ({"num_layers": 32, "num_kv_heads": 0, "head_dim": 128}, "model"),
-    ({"num_layers": 32, "attention": "mla"}, "model"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"num_layers": 0, "num_kv_heads": 8, "head_dim": 128}, "model.num_layers"),
+        ({"num_layers": 32, "attention": "gqa", "num_kv_heads": 8, "head_dim": 128}, "model.attention"),
+        ({"num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "dtype": "int3"}, "model.dtype"),
+        ({"num_layers": 32, "num_kv_heads": 0, "head_dim": 128}, "model"),
+        ({"num_layers": 32, "attention": "mla"}, "model"),
+    ],
+)
 def test_invalid_model_dims_raise_config_error(kwargs, field):
     with pytest.raises(ConfigError) as e:
         ModelDims(**kwargs)
@@ -102,15 +105,18 @@ def test_host_larger_than_device_does_not_warn():
     assert host_pool_tokens(8192, 64, host_ratio=1.0, alignment="down").warning is not None
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({}, "cache"),
-    ({"host_ratio": 2.0, "host_tokens": 64}, "cache"),
-    ({"host_ratio": -1.0}, "cache.host_ratio"),
-    ({"host_size_gb": -1.0, "bytes_per_token": 1}, "cache.host_size_gb"),
-    ({"host_size_gb": 1.0}, "cache.host_size_gb"),
-    ({"host_ratio": 1.0, "alignment": "sideways"}, "cache.host_alignment"),
-    ({"host_ratio": 0.3, "alignment": "exact"}, "cache.host_alignment"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({}, "cache"),
+        ({"host_ratio": 2.0, "host_tokens": 64}, "cache"),
+        ({"host_ratio": -1.0}, "cache.host_ratio"),
+        ({"host_size_gb": -1.0, "bytes_per_token": 1}, "cache.host_size_gb"),
+        ({"host_size_gb": 1.0}, "cache.host_size_gb"),
+        ({"host_ratio": 1.0, "alignment": "sideways"}, "cache.host_alignment"),
+        ({"host_ratio": 0.3, "alignment": "exact"}, "cache.host_alignment"),
+    ],
+)
 def test_invalid_sizing_raises_config_error(kwargs, field):
     with pytest.raises(ConfigError) as e:
         host_pool_tokens(1000, 64, **kwargs)
@@ -120,29 +126,32 @@ def test_invalid_sizing_raises_config_error(kwargs, field):
 # ------------------------------------------------------------------------------------ CacheConfig
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"page_size": 0}, "cache.page_size"),
-    ({"device_pages": 0}, "cache.device_pages"),
-    ({"host_pages": -1}, "cache.host_pages"),
-    ({"storage_batch_pages": 0}, "cache.storage_batch_pages"),
-    ({"load_back_threshold_tokens": -1}, "cache.load_back_threshold_tokens"),
-    ({"prefetch_threshold_tokens": -5}, "cache.prefetch_threshold_tokens"),
-    ({"write_policy": "write_around"}, "cache.write_policy"),
-    ({"eviction_policy": "random"}, "cache.eviction_policy"),
-    ({"host_eviction": "evict_all"}, "cache.host_eviction"),
-    ({"prefetch_policy": "never"}, "cache.prefetch_policy"),
-    ({"host_memory_mode": "swap"}, "cache.host_memory_mode"),
-    ({"eviction_granularity": "token"}, "cache.eviction_granularity"),
-    ({"semantics": "2024"}, "cache.semantics"),
-    ({"evict_amount": "all"}, "cache.evict_amount"),
-    ({"parent_backup": "maybe"}, "cache.parent_backup"),
-    ({"host_backup_eviction": "x"}, "cache.host_backup_eviction"),
-    ({"prefetch_flow": "x"}, "cache.prefetch_flow"),
-    ({"storage": True, "storage_capacity_pages": -1}, "cache.storage_capacity_pages"),
-    ({"host_memory_mode": "buffer_only"}, "cache.host_memory_mode"),
-    ({"host_memory_mode": "buffer_only", "storage": True, "write_policy": "write_back"}, "cache.write_policy"),
-    ({"host_memory_mode": "buffer_only", "storage": True, "host_pages": 0}, "cache.host_pages"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"page_size": 0}, "cache.page_size"),
+        ({"device_pages": 0}, "cache.device_pages"),
+        ({"host_pages": -1}, "cache.host_pages"),
+        ({"storage_batch_pages": 0}, "cache.storage_batch_pages"),
+        ({"load_back_threshold_tokens": -1}, "cache.load_back_threshold_tokens"),
+        ({"prefetch_threshold_tokens": -5}, "cache.prefetch_threshold_tokens"),
+        ({"write_policy": "write_around"}, "cache.write_policy"),
+        ({"eviction_policy": "random"}, "cache.eviction_policy"),
+        ({"host_eviction": "evict_all"}, "cache.host_eviction"),
+        ({"prefetch_policy": "never"}, "cache.prefetch_policy"),
+        ({"host_memory_mode": "swap"}, "cache.host_memory_mode"),
+        ({"eviction_granularity": "token"}, "cache.eviction_granularity"),
+        ({"semantics": "2024"}, "cache.semantics"),
+        ({"evict_amount": "all"}, "cache.evict_amount"),
+        ({"parent_backup": "maybe"}, "cache.parent_backup"),
+        ({"host_backup_eviction": "x"}, "cache.host_backup_eviction"),
+        ({"prefetch_flow": "x"}, "cache.prefetch_flow"),
+        ({"storage": True, "storage_capacity_pages": -1}, "cache.storage_capacity_pages"),
+        ({"host_memory_mode": "buffer_only"}, "cache.host_memory_mode"),
+        ({"host_memory_mode": "buffer_only", "storage": True, "write_policy": "write_back"}, "cache.write_policy"),
+        ({"host_memory_mode": "buffer_only", "storage": True, "host_pages": 0}, "cache.host_pages"),
+    ],
+)
 def test_invalid_cache_config_raises_config_error_naming_the_field(kwargs, field):
     base = {"page_size": 16, "device_pages": 64, "host_pages": 128}
     base.update(kwargs)
@@ -160,8 +169,12 @@ def test_unknown_policy_error_lists_what_is_supported():
 def test_semantics_overrides_apply_field_by_field():
     cfg = CacheConfig(16, 64, 128, semantics="2025", parent_backup="skip")
     sem = cfg.resolved_semantics
-    assert (sem.evict_amount, sem.parent_backup, sem.host_backup_eviction, sem.prefetch_flow) == \
-        ("need", "skip", "full_retry", "prealloc")
+    assert (sem.evict_amount, sem.parent_backup, sem.host_backup_eviction, sem.prefetch_flow) == (
+        "need",
+        "skip",
+        "full_retry",
+        "prealloc",
+    )
     assert cfg.timeout_base_s == 1.0 and cfg.timeout_per_ki_token_s == 0.25 and cfg.timeout_max_s is None
     cfg = CacheConfig(16, 64, 128)
     assert cfg.timeout_base_s == 2.0 and cfg.timeout_per_ki_token_s == 0.1 and cfg.timeout_max_s == 30.0

@@ -9,9 +9,12 @@ from hicache_sim.core import CacheStateError, TransferKind, check
 
 
 def snapshot(node):
-    return (list(node.key), None if node.value is None else list(node.value),
-            None if node.host_value is None else list(node.host_value),
-            None if node.hashes is None else list(node.hashes))
+    return (
+        list(node.key),
+        None if node.value is None else list(node.value),
+        None if node.host_value is None else list(node.host_value),
+        None if node.hashes is None else list(node.hashes),
+    )
 
 
 # ------------------------------------------------------------------------------------------ match

@@ -9,26 +9,53 @@ from hicache_sim.scenario import Scenario
 
 SMALL = {
     "trace": {"trace": {"limit": 60}},
-    "multiturn": {"multiturn": {"num_clients": 6, "num_rounds": 3, "request_length": 256, "output_length": 16,
-                                "request_rate": 20.0, "max_parallel": 4}},
-    "shared_prefix": {"shared_prefix": {"num_groups": 3, "prompts_per_group": 4, "system_prompt_length": 512,
-                                        "question_length": 64, "output_length": 16, "request_rate": 20.0}},
-    "long_context": {"long_context": {"num_documents": 3, "queries_per_document": 2, "context_length": 2048,
-                                      "output_length": 16, "request_rate": 5.0}},
-    "poisson_synthetic": {"poisson_synthetic": {"num_requests": 40, "input_length": 512, "output_length": 16,
-                                                "request_rate": 20.0}},
+    "multiturn": {
+        "multiturn": {
+            "num_clients": 6,
+            "num_rounds": 3,
+            "request_length": 256,
+            "output_length": 16,
+            "request_rate": 20.0,
+            "max_parallel": 4,
+        }
+    },
+    "shared_prefix": {
+        "shared_prefix": {
+            "num_groups": 3,
+            "prompts_per_group": 4,
+            "system_prompt_length": 512,
+            "question_length": 64,
+            "output_length": 16,
+            "request_rate": 20.0,
+        }
+    },
+    "long_context": {
+        "long_context": {
+            "num_documents": 3,
+            "queries_per_document": 2,
+            "context_length": 2048,
+            "output_length": 16,
+            "request_rate": 5.0,
+        }
+    },
+    "poisson_synthetic": {
+        "poisson_synthetic": {"num_requests": 40, "input_length": 512, "output_length": 16, "request_rate": 20.0}
+    },
 }
 
 
 @pytest.mark.parametrize("mode", ["instant", "timed"])
 @pytest.mark.parametrize("kind", sorted(SMALL))
 def test_every_workload_in_both_modes(kind, mode):
-    sc = Scenario.model_validate({
-        "mode": mode, "seed": 2,
-        "cache": {"page_size": 64, "device_tokens": 64 * 160, "host_ratio": 1.0, "storage_backend": "local_nvme"},
-        "scheduler": {"chunked_prefill_size": 512, "max_prefill_tokens": 1024},
-        "workload": {"kind": kind, **SMALL[kind]},
-    })
+    sc = Scenario.model_validate(
+        {
+            "mode": mode,
+            "seed": 2,
+            "cache": {"page_size": 64, "device_tokens": 64 * 160, "host_ratio": 1.0, "storage_backend": "local_nvme"},
+            "scheduler": {"chunked_prefill_size": 512, "max_prefill_tokens": 1024},
+            "workload": {"kind": kind, **SMALL[kind]},
+        }
+    )
     out = simulate(sc, check_invariants=True)
     s = out.summary
     assert s["requests"] == len(out.requests) > 0

@@ -18,7 +18,9 @@ def test_notebook_plots_a_sweep(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     scenario = {
-        "name": "nb", "mode": "instant", "model": "llama-3.1-8b",
+        "name": "nb",
+        "mode": "instant",
+        "model": "llama-3.1-8b",
         "cache": {"page_size": 512, "device_tokens": 512 * 200, "host_alignment": "exact"},
         "scheduler": {"chunked_prefill_size": None},
         "workload": {"kind": "trace", "trace": {"path": "builtin:mooncake/conversation_trace.jsonl", "limit": 300}},
@@ -31,8 +33,9 @@ def test_notebook_plots_a_sweep(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     monkeypatch.setenv("HICACHE_SWEEP_DIR", str(out))
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    )
     client.execute()
     png = out / "notebook_hit_rate_vs_ratio.png"
     assert png.is_file() and png.stat().st_size > 5000

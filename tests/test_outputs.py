@@ -14,8 +14,10 @@ from conftest import TINY_SCENARIO, assert_user_error, invoke
 
 from hicache_sim.outputs import MARKER, clean_stale
 
-TINY = {**TINY_SCENARIO, "workload": {"kind": "trace", "trace": {
-    "path": "builtin:mooncake/conversation_trace.jsonl", "limit": 80}}}
+TINY = {
+    **TINY_SCENARIO,
+    "workload": {"kind": "trace", "trace": {"path": "builtin:mooncake/conversation_trace.jsonl", "limit": 80}},
+}
 SWEEP = {**TINY, "sweep": {"cache.host_ratio": [0.5, 1.0]}}
 
 
@@ -56,8 +58,9 @@ def test_files_follow_the_umask(tmp_path):
 
 
 def test_stale_temp_folder_of_a_killed_run_is_cleaned(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     stale = tmp_path / f".out.hicache-tmp-{dead}-abc"
     stale.mkdir()
     (stale / "summary.json").write_text("{}")
@@ -86,13 +89,24 @@ def test_partly_rejected_run_warns(tmp_path):
 def test_huge_pools_cost_no_memory(tmp_path):
     """A 10**15-token device pool (an unbounded cache) runs: pools hold only the pages in use."""
     sc = write(tmp_path / "s.yaml", TINY)
-    r = invoke("run", sc, "--out", tmp_path / "o", "--no-figures", "--check-invariants",
-               "--set", "cache.device_tokens=1000000000000000", "--set", "cache.host_ratio=1000000000")
+    r = invoke(
+        "run",
+        sc,
+        "--out",
+        tmp_path / "o",
+        "--no-figures",
+        "--check-invariants",
+        "--set",
+        "cache.device_tokens=1000000000000000",
+        "--set",
+        "cache.host_ratio=1000000000",
+    )
     assert r.exit_code == 0, r.output
     assert "GB per GPU, more than" in r.output  # and the pool is said to exceed any H200
 
 
 # ------------------------------------------------------------------------------------ sweeps
+
 
 def _points(folder: Path) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in (folder / "points").glob("*.json")}

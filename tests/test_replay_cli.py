@@ -32,21 +32,44 @@ def test_replay_scenario(tmp_path, tiny):
     assert meta["integrity"]["passed"] and meta["layout"] == "page_first" and meta["device"] == "cpu"
     assert meta["pools"]["host_shape"] == [2, meta["pools"]["host_pages"] * 16, 2, 1, 32]  # page_first
     assert meta["bytes"] == int(m["bytes"].sum())
+    first = r.output.splitlines()[0]  # the volume is said before anything is copied
+    assert first == (
+        f"replay tiny-replay: {meta['transfers']} host<->device transfers, {meta['bytes'] / 1e9:.3f} GB "
+        "to copy; --limit N replays only the first N"
+    ), first
 
 
 def test_replay_transfer_log_with_its_scenario_beside_it(tmp_path, tiny):
     run_dir = tmp_path / "run"
-    r = invoke("run", tiny, "--out", run_dir, "--no-figures", "--set", "metrics.transfer_log=true",
-               "--set", "cache.mem_layout=layer_first", "--set", "cache.io_backend=direct")
+    r = invoke(
+        "run",
+        tiny,
+        "--out",
+        run_dir,
+        "--no-figures",
+        "--set",
+        "metrics.transfer_log=true",
+        "--set",
+        "cache.mem_layout=layer_first",
+        "--set",
+        "cache.io_backend=direct",
+    )
     assert r.exit_code == 0, r.output
     out = tmp_path / "rep"
-    r = invoke("replay", run_dir / "transfers.parquet", "--out", out, "--limit", "5", "--h2d", "whole",
-               "--repeats", "2")
+    r = invoke(
+        "replay", run_dir / "transfers.parquet", "--out", out, "--limit", "5", "--h2d", "whole", "--repeats", "2"
+    )
     assert r.exit_code == 0, r.output
     m = pd.read_parquet(out / "measurements.parquet")
     log = pd.read_parquet(run_dir / "transfers.parquet")
     assert m["transfer_id"].tolist() == log["id"].head(5).tolist() * 2 and m["repeat"].tolist() == [0] * 5 + [1] * 5
     assert json.loads((out / "replay.json").read_text())["transfers"] == 5
+    n_copies = int(log["kind"].isin(["d2h", "h2d"]).sum())
+    gb = int(log[log["kind"].isin(["d2h", "h2d"])]["bytes"].head(5).sum()) / 1e9
+    assert r.output.splitlines()[0] == (
+        f"replay tiny-replay: 5 host<->device transfers, {gb:.3f} GB x 2 passes to "
+        f"copy (the first 5 of {n_copies}, --limit)"
+    )
     m = m[m["repeat"] == 0]
     assert set(m["layout"]) == {"layer_first"} and set(m["io_backend"]) == {"direct"}
     assert set(m["launches"]) == {1}  # --h2d whole
@@ -84,22 +107,32 @@ def test_validate_model_with_the_shipped_cpu_calibration(tmp_path, tiny):
     from hicache_sim.scenario import PACKAGE_DATA
 
     cal = PACKAGE_DATA / "calibration" / "cpu-ci.yaml"
-    r = invoke("validate-model", tiny, "--device", "cpu", "--out", tmp_path / "v", "--limit", "10",
-               "--set", f"hardware.calibration={cal}")
+    r = invoke(
+        "validate-model",
+        tiny,
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path / "v",
+        "--limit",
+        "10",
+        "--set",
+        f"hardware.calibration={cal}",
+    )
     assert r.exit_code == 0, r.output
     assert "cpu-ci.yaml" in (tmp_path / "v" / "validation.md").read_text()
 
 
 def test_replay_bad_input(tmp_path, tiny):
-    assert_user_error(invoke("replay", tmp_path / "missing.yaml", "--out", tmp_path / "o"), "missing.yaml",
-                      "not found")
+    assert_user_error(invoke("replay", tmp_path / "missing.yaml", "--out", tmp_path / "o"), "missing.yaml", "not found")
     assert_user_error(invoke("replay", "--out", tmp_path / "o"), "give a scenario or a transfer log")
     assert_user_error(invoke("replay", tmp_path / "log.parquet"), "log.parquet", "transfer log not found")
     assert_user_error(invoke("replay", tiny, "--h2d", "sideways"), "--h2d")
     assert_user_error(invoke("replay", tiny, "--device", "tpu"), "--device 'tpu'")
     (tmp_path / "alone.parquet").write_bytes(b"")
-    pd.DataFrame({"id": [0], "kind": ["d2h"], "pages": [1], "bytes": [1], "device_pages": [[0]],
-                  "host_pages": [[0]]}).to_parquet(tmp_path / "alone.parquet")
+    pd.DataFrame(
+        {"id": [0], "kind": ["d2h"], "pages": [1], "bytes": [1], "device_pages": [[0]], "host_pages": [[0]]}
+    ).to_parquet(tmp_path / "alone.parquet")
     assert_user_error(invoke("replay", tmp_path / "alone.parquet"), "no scenario.yaml beside the log")
     r = invoke("replay", tmp_path / "alone.parquet", "--scenario", tiny, "--out", tmp_path / "o")
     assert_user_error(r, "transfer 0: the log says 1 bytes")

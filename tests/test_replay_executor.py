@@ -23,15 +23,33 @@ from hicache_sim.scenario import build_scenario, resolve  # noqa: E402
 from hicache_sim.validate_model import compare, error_table, replay_transfers, simulate_log  # noqa: E402
 
 TINY = {
-    "name": "tiny-replay", "seed": 1, "mode": "instant",
+    "name": "tiny-replay",
+    "seed": 1,
+    "mode": "instant",
     "model": {"num_layers": 2, "attention": "mha", "num_kv_heads": 1, "head_dim": 32, "params_b": 0.01},
     "cache": {"page_size": 16, "device_tokens": 4096, "host_ratio": 4, "write_policy": "write_through"},
     "scheduler": {"chunked_prefill_size": None},
-    "workload": {"kind": "multiturn", "multiturn": {"num_clients": 8, "num_rounds": 3, "request_length": 256,
-                                                    "output_length": 32}},
+    "workload": {
+        "kind": "multiturn",
+        "multiturn": {"num_clients": 8, "num_rounds": 3, "request_length": 256, "output_length": 32},
+    },
 }
-ROW_COLUMNS = {"direction", "pages", "bytes", "segments", "launches", "granularity", "layout", "io_backend",
-               "device", "duration_s", "page_size", "page_bytes", "transfer_id", "reason"}
+ROW_COLUMNS = {
+    "direction",
+    "pages",
+    "bytes",
+    "segments",
+    "launches",
+    "granularity",
+    "layout",
+    "io_backend",
+    "device",
+    "duration_s",
+    "page_size",
+    "page_bytes",
+    "transfer_id",
+    "reason",
+}
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +114,14 @@ def test_log_that_does_not_match_the_pools_is_refused():
     bad_bytes = {"id": 4, "kind": "d2h", "pages": 1, "bytes": 123, "device_pages": [0], "host_pages": [0]}
     with pytest.raises(ReplayError, match="transfer 4: the log says 123 bytes"):
         ex.execute(bad_bytes)
-    bad_pages = {"id": 5, "kind": "h2d", "pages": 2, "bytes": 2 * shape.page_bytes, "device_pages": [0],
-                 "host_pages": [0, 1]}
+    bad_pages = {
+        "id": 5,
+        "kind": "h2d",
+        "pages": 2,
+        "bytes": 2 * shape.page_bytes,
+        "device_pages": [0],
+        "host_pages": [0, 1],
+    }
     with pytest.raises(ReplayError, match="transfer 5: pages=2"):
         ex.execute(bad_pages)
     with pytest.raises(ReplayError, match="io_backend"):
@@ -105,8 +129,12 @@ def test_log_that_does_not_match_the_pools_is_refused():
 
 
 def test_reduced_sweep_covers_the_grid():
-    cfg = SweepConfig(page_counts=(1, 4, 16), page_sizes=(4, 8), repeats=2,
-                      shape=KVShape(num_layers=2, kv_factor=2, heads=1, head_dim=8, page_size=4))
+    cfg = SweepConfig(
+        page_counts=(1, 4, 16),
+        page_sizes=(4, 8),
+        repeats=2,
+        shape=KVShape(num_layers=2, kv_factor=2, heads=1, head_dim=8, page_size=4),
+    )
     df = run_sweep(cfg, torch.device("cpu"))
     assert len(df) == cfg.size() == 3 * 2 * 3 * 2 * 2 * 2  # counts x sizes x layouts x io x ops x repeats
     groups = df.groupby(["direction", "io_backend", "layout"]).size()
@@ -117,9 +145,15 @@ def test_reduced_sweep_covers_the_grid():
 
 
 def test_sweep_skips_counts_a_capped_pool_cannot_hold():
-    cfg = SweepConfig(page_counts=(1, 2, 64), page_sizes=(4,), layouts=("layer_first",), io_backends=("kernel",),
-                      repeats=1, shape=KVShape(num_layers=1, kv_factor=1, heads=1, head_dim=8, page_size=4),
-                      max_pool_bytes=8 * 64)
+    cfg = SweepConfig(
+        page_counts=(1, 2, 64),
+        page_sizes=(4,),
+        layouts=("layer_first",),
+        io_backends=("kernel",),
+        repeats=1,
+        shape=KVShape(num_layers=1, kv_factor=1, heads=1, head_dim=8, page_size=4),
+        max_pool_bytes=8 * 64,
+    )
     done = []
     df = run_sweep(cfg, torch.device("cpu"), progress=done.append)
     assert sorted(set(df["pages"])) == [1, 2]
@@ -129,10 +163,18 @@ def test_sweep_skips_counts_a_capped_pool_cannot_hold():
 def test_compare_uses_medians_and_the_timed_logs_durations():
     r = resolve(build_scenario(TINY, "tiny"))
     pb = r.page_bytes
-    measured = pd.DataFrame({"transfer_id": [7, 8, 7, 8, 7, 8], "repeat": [0, 0, 1, 1, 2, 2],
-                             "direction": ["d2h", "h2d"] * 3, "pages": [1, 2] * 3, "bytes": [pb, 2 * pb] * 3,
-                             "segments": [4, 8] * 3, "launches": [1, 2] * 3,
-                             "duration_s": [1e-4, 2e-4, 9e-4, 3e-4, 2e-4, 4e-4]})
+    measured = pd.DataFrame(
+        {
+            "transfer_id": [7, 8, 7, 8, 7, 8],
+            "repeat": [0, 0, 1, 1, 2, 2],
+            "direction": ["d2h", "h2d"] * 3,
+            "pages": [1, 2] * 3,
+            "bytes": [pb, 2 * pb] * 3,
+            "segments": [4, 8] * 3,
+            "launches": [1, 2] * 3,
+            "duration_s": [1e-4, 2e-4, 9e-4, 3e-4, 2e-4, 4e-4],
+        }
+    )
     log = pd.DataFrame({"id": [7, 8], "duration_s": [1.5e-4, 2.5e-4]})
     cmp = compare(measured, r, log)
     assert cmp["transfer_id"].tolist() == [7, 8] and cmp["repeats"].tolist() == [3, 3]

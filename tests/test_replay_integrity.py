@@ -77,7 +77,7 @@ def test_host_layout_is_checked_against_sglang_indexing():
     ex.d2h([0, 1], [4, 9])
     # swap two layers of host page 9 in the native buffer: the round trip alone might not see it
     t = 9 * shape.page_size
-    native = pools.host_buf[:, t:t + shape.page_size]
+    native = pools.host_buf[:, t : t + shape.page_size]
     native[:, :, [0, 1]] = native[:, :, [1, 0]].clone()
     with pytest.raises(IntegrityError, match=r"page key 0x8 \(host slot 9, layout page_first\)"):
         verify_host(pools, [4, 9], keys)
@@ -103,8 +103,11 @@ def test_pattern_differs_per_page_and_element():
 def test_sglang_shapes_per_layout():
     mha, mla = SHAPES["mha"], SHAPES["mla"]
     n, p, L = 5, mha.page_size, mha.num_layers
-    expect = {"layer_first": (2, L, n * p, 2, 8), "page_first": (2, n * p, L, 2, 8),
-              "page_first_direct": (2, n, L, p, 2, 8)}
+    expect = {
+        "layer_first": (2, L, n * p, 2, 8),
+        "page_first": (2, n * p, L, 2, 8),
+        "page_first_direct": (2, n, L, p, 2, 8),
+    }
     for layout, host in expect.items():
         shapes = allocate_pools(mha, layout, n, n, "cpu").sglang_shapes()
         assert shapes == {"device": (2, L, n * p, 2, 8), "host": host}
@@ -120,17 +123,19 @@ def test_pools_are_capped_in_bytes():
 
 
 def test_import_without_torch_names_the_extra():
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "try:\n    import hicache_sim.replay\nexcept ImportError as e:\n    print(e)\n"
-            "import hicache_sim.calibrate, hicache_sim.validate_model  # torch-free\n"
-            "from typer.testing import CliRunner\n"
-            "from hicache_sim.cli import app\n"
-            "r = CliRunner().invoke(app, ['replay', '--sweep'])\n"
-            "print('exit', r.exit_code, r.output.strip().splitlines())")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "try:\n    import hicache_sim.replay\nexcept ImportError as e:\n    print(e)\n"
+        "import hicache_sim.calibrate, hicache_sim.validate_model  # torch-free\n"
+        "from typer.testing import CliRunner\n"
+        "from hicache_sim.cli import app\n"
+        "r = CliRunner().invoke(app, ['replay', '--sweep'])\n"
+        "print('exit', r.exit_code, r.output.strip().splitlines())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
     assert "pip install 'hicache-sim[replay]'" in lines[0]
-    assert lines[1].startswith("exit 2 [\"error: hicache_sim.replay needs torch") and "Traceback" not in out
+    assert lines[1].startswith('exit 2 ["error: hicache_sim.replay needs torch') and "Traceback" not in out
 
 
 @pytest.mark.gpu

@@ -14,19 +14,29 @@ from hicache_sim.sim import SimulationError, World, run_timed
 from hicache_sim.sim.transport import LINK_OF_KIND
 from hicache_sim.workloads.synthetic import Workload
 
-MULTITURN = {"kind": "multiturn", "multiturn": {"num_clients": 16, "num_rounds": 4, "request_length": 256,
-                                                 "output_length": 32, "request_rate": 40.0, "max_parallel": 16}}
+MULTITURN = {
+    "kind": "multiturn",
+    "multiturn": {
+        "num_clients": 16,
+        "num_rounds": 4,
+        "request_length": 256,
+        "output_length": 32,
+        "request_rate": 40.0,
+        "max_parallel": 16,
+    },
+}
 
 # Loaded runs (several requests in flight, evictions at both tiers) covering every transfer kind.
 LOADED = {
     "l3_write_through": dict(cache={"device_tokens": 4096, "host_tokens": 4096, "storage_backend": "local_nvme"}),
-    "host_smaller_write_back": dict(cache={"device_tokens": 4096, "host_tokens": 2048,
-                                           "write_policy": "write_back"}),
-    "buffer_only": dict(cache={"device_tokens": 4096, "host_tokens": 2048, "storage_backend": "3fs",
-                               "host_memory_mode": "buffer_only"}),
-    "fifo_pcie_reclaim_mirrors": dict(cache={"device_tokens": 4096, "host_tokens": 3072,
-                                             "host_eviction": "reclaim_mirrors"},
-                                      hardware={"pcie": {"sharing": "fifo"}}),
+    "host_smaller_write_back": dict(cache={"device_tokens": 4096, "host_tokens": 2048, "write_policy": "write_back"}),
+    "buffer_only": dict(
+        cache={"device_tokens": 4096, "host_tokens": 2048, "storage_backend": "3fs", "host_memory_mode": "buffer_only"}
+    ),
+    "fifo_pcie_reclaim_mirrors": dict(
+        cache={"device_tokens": 4096, "host_tokens": 3072, "host_eviction": "reclaim_mirrors"},
+        hardware={"pcie": {"sharing": "fifo"}},
+    ),
 }
 
 
@@ -91,8 +101,9 @@ def test_every_arrival_finishes_or_is_rejected_with_a_reason():
 
 
 def test_time_series_is_sampled_on_the_grid_within_pool_sizes():
-    r = resolved(workload=MULTITURN, cache={"device_tokens": 4096, "host_tokens": 3072},
-                 metrics={"timeseries_interval_s": 0.05})
+    r = resolved(
+        workload=MULTITURN, cache={"device_tokens": 4096, "host_tokens": 3072}, metrics={"timeseries_interval_s": 0.05}
+    )
     res = run_timed(r, workload_of(r.scenario))
     ts = res.timeseries
     assert len(ts) >= 3
@@ -119,12 +130,44 @@ def test_end_of_run_check_names_what_leaked():
         world.verify()
 
 
-REQUEST_COLUMNS = {"rid", "arrival_s", "admit_s", "first_token_s", "finish_s", "queue_s", "prefetch_wait_s",
-                   "load_wait_s", "ttft_s", "e2e_s", "input_tokens", "output_tokens", "prompt_pages",
-                   "device_hit_pages", "host_hit_pages", "storage_hit_pages", "device_hit_tokens", "host_hit_tokens",
-                   "storage_hit_tokens", "retractions", "status", "reason"}
-SERIES_COLUMNS = {"t_s", "device_pages", "host_pages", "mirror_pages", "device_used_pages", "host_used_pages",
-                  "waiting", "running", "h2d_util", "d2h_util", "storage_read_util", "storage_write_util"}
+REQUEST_COLUMNS = {
+    "rid",
+    "arrival_s",
+    "admit_s",
+    "first_token_s",
+    "finish_s",
+    "queue_s",
+    "prefetch_wait_s",
+    "load_wait_s",
+    "ttft_s",
+    "e2e_s",
+    "input_tokens",
+    "output_tokens",
+    "prompt_pages",
+    "device_hit_pages",
+    "host_hit_pages",
+    "storage_hit_pages",
+    "device_hit_tokens",
+    "host_hit_tokens",
+    "storage_hit_tokens",
+    "retractions",
+    "status",
+    "reason",
+}
+SERIES_COLUMNS = {
+    "t_s",
+    "device_pages",
+    "host_pages",
+    "mirror_pages",
+    "device_used_pages",
+    "host_used_pages",
+    "waiting",
+    "running",
+    "h2d_util",
+    "d2h_util",
+    "storage_read_util",
+    "storage_write_util",
+}
 
 
 def test_result_has_the_documented_fields_and_progress_counts_every_request():

@@ -10,17 +10,35 @@ from hicache_sim.runner import simulate
 from hicache_sim.scenario import resolve
 from hicache_sim.sim import run_timed
 
-SC = dict(workload={"kind": "multiturn", "multiturn": {"num_clients": 12, "num_rounds": 3, "request_length": 256,
-                                                        "output_length": 32, "request_rate": 40.0,
-                                                        "max_parallel": 8}},
-          cache={"device_tokens": 4096, "host_tokens": 4096, "storage_backend": "local_nvme"},
-          metrics={"timeseries_interval_s": 0.1})
+SC = dict(
+    workload={
+        "kind": "multiturn",
+        "multiturn": {
+            "num_clients": 12,
+            "num_rounds": 3,
+            "request_length": 256,
+            "output_length": 32,
+            "request_rate": 40.0,
+            "max_parallel": 8,
+        },
+    },
+    cache={"device_tokens": 4096, "host_tokens": 4096, "storage_backend": "local_nvme"},
+    metrics={"timeseries_interval_s": 0.1},
+)
 
 
 def _blob(res) -> str:
-    return json.dumps({"requests": res.requests, "timeseries": res.timeseries, "links": res.links,
-                       "counters": res.counters, "sim_time_s": res.sim_time_s, "transfers": res.transfers},
-                      sort_keys=True)
+    return json.dumps(
+        {
+            "requests": res.requests,
+            "timeseries": res.timeseries,
+            "links": res.links,
+            "counters": res.counters,
+            "sim_time_s": res.sim_time_s,
+            "transfers": res.transfers,
+        },
+        sort_keys=True,
+    )
 
 
 def test_same_scenario_and_seed_give_byte_identical_summary_json():
@@ -53,13 +71,18 @@ def test_identical_across_processes_with_different_hash_seeds(tmp_path):
     import subprocess
     import sys
 
-    code = ("import json, sys; sys.path.insert(0, 'tests'); from test_sim_support import scenario; "
-            "from test_sim_determinism import SC; from hicache_sim.runner import simulate; "
-            "print(json.dumps(simulate(scenario(**SC)).summary, sort_keys=True))")
+    code = (
+        "import json, sys; sys.path.insert(0, 'tests'); from test_sim_support import scenario; "
+        "from test_sim_determinism import SC; from hicache_sim.runner import simulate; "
+        "print(json.dumps(simulate(scenario(**SC)).summary, sort_keys=True))"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     outs = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        outs.append(subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
-                                   text=True, check=True).stdout)
+        outs.append(
+            subprocess.run(
+                [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
+            ).stdout
+        )
     assert outs[0] == outs[1] and outs[0].startswith("{")

@@ -11,26 +11,44 @@ from hicache_sim.instant import run_instant
 from hicache_sim.scenario import resolve
 from hicache_sim.sim import run_timed
 
-LONG_CONTEXT = {"kind": "long_context", "long_context": {"num_documents": 4, "queries_per_document": 3,
-                                                         "context_length": 4096, "question_length": 64,
-                                                         "output_length": 16}}
-MULTITURN = {"kind": "multiturn", "multiturn": {"num_clients": 6, "num_rounds": 3, "request_length": 512,
-                                                 "output_length": 64, "max_parallel": 6}}
+LONG_CONTEXT = {
+    "kind": "long_context",
+    "long_context": {
+        "num_documents": 4,
+        "queries_per_document": 3,
+        "context_length": 4096,
+        "question_length": 64,
+        "output_length": 16,
+    },
+}
+MULTITURN = {
+    "kind": "multiturn",
+    "multiturn": {"num_clients": 6, "num_rounds": 3, "request_length": 512, "output_length": 64, "max_parallel": 6},
+}
 
 CASES = {
     "long_context_host": dict(workload=LONG_CONTEXT, cache={"device_tokens": 9216, "host_tokens": 32768}),
-    "long_context_storage": dict(workload=LONG_CONTEXT, cache={"device_tokens": 9216, "host_tokens": 8192,
-                                                               "storage_backend": "local_nvme"}),
-    "multiturn_write_through": dict(workload=MULTITURN, cache={"device_tokens": 4096, "host_tokens": 8192},
-                                    scheduler={"insert_output": False}),
-    "multiturn_write_back_storage": dict(workload=MULTITURN, cache={"device_tokens": 4096, "host_tokens": 2048,
-                                                                    "write_policy": "write_back",
-                                                                    "storage_backend": "local_nvme"},
-                                         scheduler={"insert_output": False}),
-    "multiturn_buffer_only": dict(workload=MULTITURN, cache={"device_tokens": 4096, "host_tokens": 2048,
-                                                             "storage_backend": "3fs",
-                                                             "host_memory_mode": "buffer_only"},
-                                  scheduler={"insert_output": False}),
+    "long_context_storage": dict(
+        workload=LONG_CONTEXT, cache={"device_tokens": 9216, "host_tokens": 8192, "storage_backend": "local_nvme"}
+    ),
+    "multiturn_write_through": dict(
+        workload=MULTITURN, cache={"device_tokens": 4096, "host_tokens": 8192}, scheduler={"insert_output": False}
+    ),
+    "multiturn_write_back_storage": dict(
+        workload=MULTITURN,
+        cache={
+            "device_tokens": 4096,
+            "host_tokens": 2048,
+            "write_policy": "write_back",
+            "storage_backend": "local_nvme",
+        },
+        scheduler={"insert_output": False},
+    ),
+    "multiturn_buffer_only": dict(
+        workload=MULTITURN,
+        cache={"device_tokens": 4096, "host_tokens": 2048, "storage_backend": "3fs", "host_memory_mode": "buffer_only"},
+        scheduler={"insert_output": False},
+    ),
 }
 
 
@@ -38,10 +56,17 @@ def _both(sc, gap_s: float):
     r = resolve(sc, strict=True)
     wl = spaced(workload_of(sc), gap_s)
     timed = run_timed(r, wl, check_invariants=True)
-    inst = run_instant(r.cache, wl.requests, chunk_pages=sc.scheduler.chunked_prefill_size // sc.cache.page_size,
-                       reserve_last_token=sc.scheduler.reserve_last_token)
-    want = [(q.rid, inst.device_hit[i], inst.host_hit[i], inst.storage_hit[i])
-            for i, q in enumerate(wl.requests) if q.rid not in inst.rejected]
+    inst = run_instant(
+        r.cache,
+        wl.requests,
+        chunk_pages=sc.scheduler.chunked_prefill_size // sc.cache.page_size,
+        reserve_last_token=sc.scheduler.reserve_last_token,
+    )
+    want = [
+        (q.rid, inst.device_hit[i], inst.host_hit[i], inst.storage_hit[i])
+        for i, q in enumerate(wl.requests)
+        if q.rid not in inst.rejected
+    ]
     return timed, inst, want
 
 
@@ -55,8 +80,13 @@ def test_no_load_hits_equal_instant_mode_request_by_request(name):
 
 
 def test_each_case_exercises_its_tier():
-    tiers = {"long_context_host": 2, "long_context_storage": 3, "multiturn_write_through": 2,
-             "multiturn_write_back_storage": 2, "multiturn_buffer_only": 3}
+    tiers = {
+        "long_context_host": 2,
+        "long_context_storage": 3,
+        "multiturn_write_through": 2,
+        "multiturn_write_back_storage": 2,
+        "multiturn_buffer_only": 3,
+    }
     for name, tier in tiers.items():
         _, _, want = _both(scenario(**CASES[name]), gap_s=60.0)
         assert sum(w[tier] for w in want) > 0, name

@@ -27,8 +27,12 @@ def _run(sharing: str, starts: list[float], *, milestones: int = 0):
 
     def launch(t: float):
         yield env.timeout(t)
-        f = link.submit(NBYTES, SEGMENTS, milestones=milestones,
-                        on_milestone=lambda fl, i, now: marks.setdefault(fl.id, []).append(now))
+        f = link.submit(
+            NBYTES,
+            SEGMENTS,
+            milestones=milestones,
+            on_milestone=lambda fl, i, now: marks.setdefault(fl.id, []).append(now),
+        )
         flows.append(f)
 
     for t in starts:

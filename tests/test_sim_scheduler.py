@@ -81,12 +81,26 @@ def test_max_running_requests_caps_the_batch():
 
 
 def test_wait_complete_prefetch_holds_the_request_until_its_storage_read_arrived():
-    lc = {"kind": "long_context", "long_context": {"num_documents": 4, "queries_per_document": 3,
-                                                   "context_length": 4096, "question_length": 64,
-                                                   "output_length": 16}}
-    sc = scenario(workload=lc, cache={"device_tokens": 9216, "host_tokens": 8192, "storage_backend": "local_nvme",
-                                      "prefetch_policy": "wait_complete"},
-                  hardware={"storage": {"read_gbps": 1.0}})
+    lc = {
+        "kind": "long_context",
+        "long_context": {
+            "num_documents": 4,
+            "queries_per_document": 3,
+            "context_length": 4096,
+            "question_length": 64,
+            "output_length": 16,
+        },
+    }
+    sc = scenario(
+        workload=lc,
+        cache={
+            "device_tokens": 9216,
+            "host_tokens": 8192,
+            "storage_backend": "local_nvme",
+            "prefetch_policy": "wait_complete",
+        },
+        hardware={"storage": {"read_gbps": 1.0}},
+    )
     r = resolve(sc, strict=True)
     res = run_timed(r, spaced(workload_of(sc), 60.0), check_invariants=True)
     served = [x for x in res.requests if x["storage_hit_pages"]]
@@ -98,20 +112,38 @@ def test_wait_complete_prefetch_holds_the_request_until_its_storage_read_arrived
 
 
 def test_caching_the_output_lets_the_next_turn_hit_it():
-    mt = {"kind": "multiturn", "multiturn": {"num_clients": 4, "num_rounds": 3, "request_length": 512,
-                                              "output_length": 256, "max_parallel": 4}}
+    mt = {
+        "kind": "multiturn",
+        "multiturn": {
+            "num_clients": 4,
+            "num_rounds": 3,
+            "request_length": 512,
+            "output_length": 256,
+            "max_parallel": 4,
+        },
+    }
     hit = {}
     for insert in (True, False):
-        sc = scenario(workload=mt, cache={"device_tokens": 32768, "host_tokens": 32768},
-                      scheduler={"insert_output": insert})
+        sc = scenario(
+            workload=mt, cache={"device_tokens": 32768, "host_tokens": 32768}, scheduler={"insert_output": insert}
+        )
         res = run_timed(resolve(sc, strict=True), workload_of(sc), check_invariants=True)
         hit[insert] = sum(x["device_hit_tokens"] for x in res.requests)
     assert hit[True] > hit[False] > 0
 
 
 def test_closed_loop_clients_wait_for_their_answer_and_respect_max_parallel():
-    mt = {"kind": "multiturn", "multiturn": {"num_clients": 6, "num_rounds": 3, "request_length": 256,
-                                              "output_length": 32, "request_rate": 100.0, "max_parallel": 3}}
+    mt = {
+        "kind": "multiturn",
+        "multiturn": {
+            "num_clients": 6,
+            "num_rounds": 3,
+            "request_length": 256,
+            "output_length": 32,
+            "request_rate": 100.0,
+            "max_parallel": 3,
+        },
+    }
     sc = scenario(workload=mt, cache={"device_tokens": 16384, "host_tokens": 16384})
     res = run_timed(resolve(sc), workload_of(sc))
     rows = res.requests
@@ -129,9 +161,18 @@ def test_closed_loop_clients_wait_for_their_answer_and_respect_max_parallel():
 
 
 def test_round_barrier_starts_a_round_after_every_client_finished_the_previous_one():
-    mt = {"kind": "multiturn", "multiturn": {"num_clients": 5, "num_rounds": 3, "request_length": 256,
-                                              "output_length": 32, "request_rate": 100.0, "max_parallel": 5,
-                                              "round_barrier": True}}
+    mt = {
+        "kind": "multiturn",
+        "multiturn": {
+            "num_clients": 5,
+            "num_rounds": 3,
+            "request_length": 256,
+            "output_length": 32,
+            "request_rate": 100.0,
+            "max_parallel": 5,
+            "round_barrier": True,
+        },
+    }
     sc = scenario(workload=mt, cache={"device_tokens": 16384, "host_tokens": 16384})
     rows = run_timed(resolve(sc), workload_of(sc)).requests
     for rnd in (1, 2):

@@ -18,8 +18,7 @@ PAGE = 64
 BASE = {
     "mode": "timed",
     "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h200", "step_overhead_us": 0.0,
-                 "pcie": {"latency_us": 10.0, "segment_overhead_us": 0.0}},
+    "hardware": {"gpu": "h200", "step_overhead_us": 0.0, "pcie": {"latency_us": 10.0, "segment_overhead_us": 0.0}},
     "cache": {"page_size": PAGE, "device_tokens": 40 * PAGE, "host_tokens": 200 * PAGE, "host_alignment": "exact"},
     "scheduler": {"chunked_prefill_size": 8192},
     "metrics": {"timeseries_interval_s": 1.0},
@@ -45,8 +44,7 @@ def resolved(**sections) -> Resolved:
     return resolve(scenario(**sections), strict=True)
 
 
-def req(rid: str, t: float, keys: Iterable[int], *, out: int = 1, input_tokens: int | None = None,
-        **fields) -> Request:
+def req(rid: str, t: float, keys: Iterable[int], *, out: int = 1, input_tokens: int | None = None, **fields) -> Request:
     """A request whose prompt is ``keys`` (whole pages unless ``input_tokens`` says otherwise)."""
     keys = tuple(keys)
     return Request(rid, t, input_tokens if input_tokens is not None else len(keys) * PAGE, out, keys, **fields)
@@ -64,8 +62,9 @@ def workload_of(sc: Scenario) -> Workload:
 
 def instant_compute(r: Resolved) -> ComputeModel:
     """The preset model with a GPU so fast that every step takes ~0 s."""
-    return ComputeModel(ComputeParams.from_resolved(r).with_overrides(peak_flops=1e30, hbm_Bps=1e30,
-                                                                         step_overhead_s=0.0))
+    return ComputeModel(
+        ComputeParams.from_resolved(r).with_overrides(peak_flops=1e30, hbm_Bps=1e30, step_overhead_s=0.0)
+    )
 
 
 @dataclasses.dataclass
@@ -86,5 +85,8 @@ class FixedCompute:
 
 def hits(rows: list[dict]) -> list[tuple]:
     """(rid, device, host, storage) hit pages of the finished requests."""
-    return [(r["rid"], r["device_hit_pages"], r["host_hit_pages"], r["storage_hit_pages"]) for r in rows
-            if r["status"] == "finished"]
+    return [
+        (r["rid"], r["device_hit_pages"], r["host_hit_pages"], r["storage_hit_pages"])
+        for r in rows
+        if r["status"] == "finished"
+    ]

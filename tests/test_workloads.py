@@ -63,10 +63,26 @@ def test_mooncake_with_smaller_pages(tmp_path):
 def test_bailian_loader(tmp_path):
     p = tmp_path / "b.jsonl"
     rows = [
-        {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 40, "output_length": 8,
-         "type": "text", "turn": 1, "hash_ids": [10, 11, 12]},
-        {"chat_id": 2, "parent_chat_id": 1, "timestamp": 2.0, "input_length": 70, "output_length": 8,
-         "type": "text", "turn": 2, "hash_ids": [10, 11, 12, 13, 14]},
+        {
+            "chat_id": 1,
+            "parent_chat_id": -1,
+            "timestamp": 0.5,
+            "input_length": 40,
+            "output_length": 8,
+            "type": "text",
+            "turn": 1,
+            "hash_ids": [10, 11, 12],
+        },
+        {
+            "chat_id": 2,
+            "parent_chat_id": 1,
+            "timestamp": 2.0,
+            "input_length": 70,
+            "output_length": 8,
+            "type": "text",
+            "turn": 2,
+            "hash_ids": [10, 11, 12, 13, 14],
+        },
     ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     a, b = load_bailian(p, 16)
@@ -102,12 +118,22 @@ def test_multiturn_histories_grow_and_share_prefix():
 
 
 def test_generators_are_deterministic_across_processes():
-    code = ("from hicache_sim.workloads.synthetic import multiturn;"
-            "from hicache_sim.scenario import MultiturnSpec;"
-            "w = multiturn(MultiturnSpec(num_clients=2, num_rounds=2), 64, 3);"
-            "print(w.requests[-1].page_keys[:3], w.requests[-1].arrival_s)")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": str(s), "PATH": ""}).stdout for s in (1, 2)}
+    code = (
+        "from hicache_sim.workloads.synthetic import multiturn;"
+        "from hicache_sim.scenario import MultiturnSpec;"
+        "w = multiturn(MultiturnSpec(num_clients=2, num_rounds=2), 64, 3);"
+        "print(w.requests[-1].page_keys[:3], w.requests[-1].arrival_s)"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(s), "PATH": ""},
+        ).stdout
+        for s in (1, 2)
+    }
     assert len(outs) == 1
 
 
@@ -128,8 +154,7 @@ def test_long_context_round_robin_and_poisson():
     lc = long_context(LongContextSpec(num_documents=3, queries_per_document=2, context_length=4096), 64, 0)
     assert [r.rid for r in lc.requests][:3] == ["d0q0", "d1q0", "d2q0"]
     assert lc.requests[0].page_keys[:64] == lc.requests[3].page_keys[:64]
-    ps = poisson_synthetic(PoissonSpec(num_requests=50, input_length=1024, shared_fraction=0.5, num_prefixes=2),
-                           64, 0)
+    ps = poisson_synthetic(PoissonSpec(num_requests=50, input_length=1024, shared_fraction=0.5, num_prefixes=2), 64, 0)
     assert len(ps.requests) == 50
     assert len({r.page_keys[0] for r in ps.requests}) == 2
 
@@ -139,7 +164,13 @@ def test_build_workload_every_kind():
         sc = Scenario.model_validate({"workload": {"kind": kind, "trace": {"limit": 50}}})
         w = build_workload(sc, 64)
         assert w.requests and all(r.input_tokens > 0 for r in w.requests)
-    sc = Scenario.model_validate({"workload": {"kind": "trace", "trace": {
-        "path": "builtin:azure/AzureLLMInferenceTrace_conv.csv", "format": "azure", "limit": 20}}})
+    sc = Scenario.model_validate(
+        {
+            "workload": {
+                "kind": "trace",
+                "trace": {"path": "builtin:azure/AzureLLMInferenceTrace_conv.csv", "format": "azure", "limit": 20},
+            }
+        }
+    )
     w = build_workload(sc, 64)
     assert len(w.requests) == 20 and w.requests[0].arrival_s == 0.0

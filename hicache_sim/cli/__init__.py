@@ -28,10 +28,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="print the version and exit"),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
 ) -> None:
     """Simulate SGLang's hierarchical KV cache (GPU, host, storage over PCIe) without GPUs."""
+
 
 # Verb modules register their commands on import (one module per verb).
 from . import (  # noqa: E402,F401

@@ -15,12 +15,16 @@ from .common import UserError, user_errors
 @app.command("calibrate")
 def calibrate_cmd(
     measurements: Path = typer.Argument(..., help="measurements from `hicache-sim replay` (.parquet, .csv, .jsonl)"),
-    out: Path = typer.Option(Path("calibration.yaml"), "--out", help="calibration file to write (a scenario "
-                                                                     "references it as hardware.calibration)"),
+    out: Path = typer.Option(
+        Path("calibration.yaml"),
+        "--out",
+        help="calibration file to write (a scenario references it as hardware.calibration)",
+    ),
     holdout: float = typer.Option(0.25, "--holdout", help="share of configurations held out to measure error"),
     seed: int = typer.Option(0, "--seed", help="seed of the held-out draw"),
-    report: bool = typer.Option(True, "--report/--no-report", help="also write <out>_errors.md and "
-                                                                   "<out>_holdout.png beside the file"),
+    report: bool = typer.Option(
+        True, "--report/--no-report", help="also write <out>_errors.md and <out>_holdout.png beside the file"
+    ),
 ) -> None:
     """Fit latency, per-piece cost and bandwidth per direction x io backend x layout, report the median and
     p90 absolute percentage error on held-out configurations, and write the calibration file."""
@@ -30,8 +34,7 @@ def calibrate_cmd(
         if out.exists() and out.is_dir():
             raise UserError(f"--out {out}: is a folder; give a file name such as {out / 'calibration.yaml'}")
         df = read_measurements(measurements)
-        source = (f"hicache-sim calibrate {measurements.name} --holdout {holdout} --seed {seed}: "
-                  f"{len(df)} measurements")
+        source = f"hicache-sim calibrate {measurements.name} --holdout {holdout} --seed {seed}: {len(df)} measurements"
         result = calibrate(df, holdout=holdout, seed=seed, source=source)
     stem = out.with_suffix("")
     atomic_write(out, result.calibration.save)
@@ -41,16 +44,23 @@ def calibrate_cmd(
         written.append(atomic_write(Path(f"{stem}_errors.md"), lambda p: p.write_text(md, encoding="utf-8")))
         if (result.rows["split"] == "holdout").any():
             png = Path(f"{stem}_holdout.png")
-            title = (f"{measurements.name}: held-out configurations (median of repeats), "
-                     f"{result.calibration.device or 'unknown device'}")
+            title = (
+                f"{measurements.name}: held-out configurations (median of repeats), "
+                f"{result.calibration.device or 'unknown device'}"
+            )
             scatter_figure(result.rows, png, title, only_split="holdout")
             written.append(png)
     for f in result.fits:
         p = f.params
-        held = (f"held-out median {f.holdout_median_ape:.1f} % p90 {f.holdout_p90_ape:.1f} %"
-                if f.holdout_median_ape is not None else "nothing held out")
-        typer.echo(f"{'/'.join(f.key):32s} {p.bandwidth_Bps / 1e9:9.2f} GB/s  latency {p.latency_s * 1e6:8.2f} us  "
-                   f"per piece {per_piece_cost(p) * 1e9:8.1f} ns  {held}")
+        held = (
+            f"held-out median {f.holdout_median_ape:.1f} % p90 {f.holdout_p90_ape:.1f} %"
+            if f.holdout_median_ape is not None
+            else "nothing held out"
+        )
+        typer.echo(
+            f"{'/'.join(f.key):32s} {p.bandwidth_Bps / 1e9:9.2f} GB/s  latency {p.latency_s * 1e6:8.2f} us  "
+            f"per piece {per_piece_cost(p) * 1e9:8.1f} ns  {held}"
+        )
     if result.overall:
         o = result.overall
         typer.echo(f"all held-out ({o['n_holdout']}): median {o['median_ape_pct']:.1f} %, p90 {o['p90_ape_pct']:.1f} %")

@@ -16,8 +16,7 @@ from ..outputs import OutputError
 from ..scenario import ScenarioError
 from ..workloads.errors import WorkloadError
 
-USER_ERRORS: tuple[type[Exception], ...] = (ScenarioError, ConfigError, WorkloadError, CalibrationError,
-                                            OutputError)
+USER_ERRORS: tuple[type[Exception], ...] = (ScenarioError, ConfigError, WorkloadError, CalibrationError, OutputError)
 
 
 class UserError(ValueError):
@@ -59,13 +58,18 @@ def progress_bar(total: int, description: str, *, unit: str = "", interval_s: fl
     """A rich progress bar on stderr when it is a terminal; otherwise plain lines on stderr, at most one
     per ``interval_s`` (default 10 s) and none for work that ends sooner, with the same interface."""
     if not is_terminal():
-        return _PlainProgress(total, description, unit,
-                              PLAIN_PROGRESS_INTERVAL_S if interval_s is None else interval_s)
+        return _PlainProgress(total, description, unit, PLAIN_PROGRESS_INTERVAL_S if interval_s is None else interval_s)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=Console(stderr=True), transient=True)
+    prog = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     return _RichProgress(prog, total, description)
 
 
@@ -96,8 +100,11 @@ class _PlainProgress:
         elapsed = now - self.start
         left = elapsed * (self.total - self.done) / self.done if self.done else 0.0
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        typer.echo(f"{self.description}: {self.done}/{self.total}{self.unit} ({pct:.0f}%), {elapsed:.0f} s "
-                   f"elapsed, ~{left:.0f} s left", err=True)
+        typer.echo(
+            f"{self.description}: {self.done}/{self.total}{self.unit} ({pct:.0f}%), {elapsed:.0f} s "
+            f"elapsed, ~{left:.0f} s left",
+            err=True,
+        )
 
 
 class _RichProgress:

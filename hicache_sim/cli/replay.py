@@ -20,6 +20,7 @@ from ..validate_model import (
     count_replayed,
     read_transfer_log,
     replay_transfers,
+    replay_volume,
     scenario_beside_log,
     simulate_log,
 )
@@ -59,24 +60,42 @@ def mib(value: int | None) -> int | None:
 
 @app.command()
 def replay(
-    source: str | None = typer.Argument(None, help="scenario YAML or builtin:NAME (its instant-mode transfer log "
-                                                   "is generated), or a transfer log (.parquet/.jsonl)"),
+    source: str | None = typer.Argument(
+        None,
+        help="scenario YAML or builtin:NAME (its instant-mode transfer log "
+        "is generated), or a transfer log (.parquet/.jsonl)",
+    ),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cuda or cpu"),
-    out: Path | None = typer.Option(None, "--out", help="output folder (default: results/replay/<scenario>, "
-                                                        "with --sweep results/calibration/<device>)"),
-    sweep: bool = typer.Option(False, "--sweep", help="run the calibration microbenchmark sweep instead (SOURCE, "
-                                                      "if given, supplies the model dimensions)"),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="replay only the first N host<->device "
-                                                                  "transfers (with --sweep: page counts up to N)"),
-    scenario_opt: str | None = typer.Option(None, "--scenario", help="scenario of a transfer log (default: the "
-                                                                     "scenario.yaml beside it)"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="output folder (default: results/replay/<scenario>, with --sweep results/calibration/<device>)",
+    ),
+    sweep: bool = typer.Option(
+        False,
+        "--sweep",
+        help="run the calibration microbenchmark sweep instead (SOURCE, if given, supplies the model dimensions)",
+    ),
+    limit: int | None = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        help="replay only the first N host<->device transfers (with --sweep: page counts up to N)",
+    ),
+    scenario_opt: str | None = typer.Option(
+        None, "--scenario", help="scenario of a transfer log (default: the scenario.yaml beside it)"
+    ),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a scenario key (repeatable)"),
     h2d: str = typer.Option("per_layer", "--h2d", help="H2D load-back per_layer (as SGLang) or whole"),
-    repeats: int | None = typer.Option(None, "--repeats", min=1, help="measurements per sweep point (--sweep, "
-                                                                     "default 3), or passes over the log "
-                                                                     "(default 1)"),
-    max_pool_mb: int | None = typer.Option(None, "--max-pool-mb", min=1, help="cap on each KV pool, MiB "
-                                                                             "(default 256 on CPU, 4096 on CUDA)"),
+    repeats: int | None = typer.Option(
+        None,
+        "--repeats",
+        min=1,
+        help="measurements per sweep point (--sweep, default 3), or passes over the log (default 1)",
+    ),
+    max_pool_mb: int | None = typer.Option(
+        None, "--max-pool-mb", min=1, help="cap on each KV pool, MiB (default 256 on CPU, 4096 on CUDA)"
+    ),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads for CPU copies"),
 ) -> None:
     """Execute SOURCE's host<->device transfers as real tensor copies in its memory layout and io backend,
@@ -91,8 +110,18 @@ def replay(
         else:
             if source is None:
                 raise UserError("give a scenario or a transfer log (or --sweep)")
-            _replay_log(source, scenario_opt, set_, device, out, limit, h2d == "per_layer", mib(max_pool_mb),
-                        threads, repeats or 1)
+            _replay_log(
+                source,
+                scenario_opt,
+                set_,
+                device,
+                out,
+                limit,
+                h2d == "per_layer",
+                mib(max_pool_mb),
+                threads,
+                repeats or 1,
+            )
 
 
 def _scenario_for(source: str, scenario_opt: str | None, set_: list[str]):
@@ -104,39 +133,73 @@ def _scenario_for(source: str, scenario_opt: str | None, set_: list[str]):
     return load_scenario(source, set_), None
 
 
-def _replay_log(source, scenario_opt, set_, device, out, limit, per_layer, max_pool_bytes, threads,
-                repeats) -> None:
+def _replay_log(source, scenario_opt, set_, device, out, limit, per_layer, max_pool_bytes, threads, repeats) -> None:
     sc, log = _scenario_for(source, scenario_opt, set_)
     r = resolve(sc)
     if log is None:  # a scenario: its instant-mode log
-        res = simulate_log(sc.model_copy(update={"mode": "instant"}),
-                           base_dir=resolve_builtin(source, "scenarios").parent)
+        res = simulate_log(
+            sc.model_copy(update={"mode": "instant"}), base_dir=resolve_builtin(source, "scenarios").parent
+        )
         log, r = res.transfers, res.resolved
     records = log.to_dict("records")
     n = count_replayed(log, limit, repeats)
     folder = out or Path("results") / "replay" / sc.name
+    typer.echo(volume_line(sc.name, *replay_volume(log, limit), repeats, limit), err=True)
     t0 = time.perf_counter()
     with progress_bar(n, f"replay {sc.name}") as bar:
-        run = replay_transfers(r, records, device=device, limit=limit, per_layer=per_layer,
-                               max_pool_bytes=max_pool_bytes, cpu_threads=threads, repeats=repeats,
-                               progress=bar.advance)
+        run = replay_transfers(
+            r,
+            records,
+            device=device,
+            limit=limit,
+            per_layer=per_layer,
+            max_pool_bytes=max_pool_bytes,
+            cpu_threads=threads,
+            repeats=repeats,
+            progress=bar.advance,
+        )
     elapsed = time.perf_counter() - t0
     m = run.measurements
     atomic_write(folder / "measurements.parquet", lambda p: m.to_parquet(p, index=False))
-    meta = {"source": str(source), "scenario": sc.name, "device": run.device, "device_name": run.device_name,
-            "layout": sc.cache.mem_layout, "io_backend": sc.cache.io_backend,
-            "h2d": "per_layer" if per_layer else "whole", "transfers": len(m) // repeats, "repeats": repeats,
-            "skipped_storage_transfers": run.skipped_storage,
-            "bytes": int(m["bytes"].sum()) // repeats if len(m) else 0,
-            "measured_s": float(m["duration_s"].sum()) / repeats if len(m) else 0.0,
-            "wall_s": round(elapsed, 3), "integrity": run.integrity, "pools": run.pools}
+    meta = {
+        "source": str(source),
+        "scenario": sc.name,
+        "device": run.device,
+        "device_name": run.device_name,
+        "layout": sc.cache.mem_layout,
+        "io_backend": sc.cache.io_backend,
+        "h2d": "per_layer" if per_layer else "whole",
+        "transfers": len(m) // repeats,
+        "repeats": repeats,
+        "skipped_storage_transfers": run.skipped_storage,
+        "bytes": int(m["bytes"].sum()) // repeats if len(m) else 0,
+        "measured_s": float(m["duration_s"].sum()) / repeats if len(m) else 0.0,
+        "wall_s": round(elapsed, 3),
+        "integrity": run.integrity,
+        "pools": run.pools,
+    }
     atomic_write(folder / "replay.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8"))
     gb = meta["bytes"] / 1e9
     checked = "passed" if run.integrity.get("passed") else "not run"
-    typer.echo(f"{sc.name}: {meta['transfers']} transfers ({gb:.3f} GB) on {run.device} in "
-               f"{meta['measured_s']:.3f} s measured (mean of {repeats} passes); integrity {checked}; "
-               f"{run.skipped_storage} storage transfers skipped")
+    typer.echo(
+        f"{sc.name}: {meta['transfers']} transfers ({gb:.3f} GB) on {run.device} in "
+        f"{meta['measured_s']:.3f} s measured (mean of {repeats} passes); integrity {checked}; "
+        f"{run.skipped_storage} storage transfers skipped"
+    )
     typer.echo(f"wrote {folder}")
+
+
+def volume_line(name: str, transfers: int, nbytes: int, total: int, repeats: int, limit: int | None) -> str:
+    """What the replay is about to copy, said before it starts."""
+    passes = f" x {repeats} passes" if repeats > 1 else ""
+    hint = (
+        f" (the first {transfers} of {total}, --limit)"
+        if limit and transfers < total
+        else "; --limit N replays only the first N"
+        if total > 1
+        else ""
+    )
+    return f"replay {name}: {transfers} host<->device transfers, {nbytes / 1e9:.3f} GB{passes} to copy{hint}"
 
 
 def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, threads) -> None:
@@ -156,12 +219,27 @@ def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, thread
     elapsed = time.perf_counter() - t0
     atomic_write(folder / "measurements.parquet", lambda p: df.to_parquet(p, index=False))
     s = cfg.shape
-    meta = {"device": dev.type, "device_name": str(df["device_name"].iloc[0]) if len(df) else "",
-            "rows": len(df), "wall_s": round(elapsed, 1), "page_counts": list(cfg.page_counts),
-            "page_sizes": list(cfg.page_sizes), "layouts": list(cfg.layouts), "io_backends": list(cfg.io_backends),
-            "operations": [list(op) for op in cfg.operations()], "repeats": cfg.repeats, "seed": cfg.seed,
-            "model": {"num_layers": s.num_layers, "kv_factor": s.kv_factor, "heads": s.heads,
-                      "head_dim": s.head_dim, "dtype": s.dtype}, "cpu_threads": threads}
+    meta = {
+        "device": dev.type,
+        "device_name": str(df["device_name"].iloc[0]) if len(df) else "",
+        "rows": len(df),
+        "wall_s": round(elapsed, 1),
+        "page_counts": list(cfg.page_counts),
+        "page_sizes": list(cfg.page_sizes),
+        "layouts": list(cfg.layouts),
+        "io_backends": list(cfg.io_backends),
+        "operations": [list(op) for op in cfg.operations()],
+        "repeats": cfg.repeats,
+        "seed": cfg.seed,
+        "model": {
+            "num_layers": s.num_layers,
+            "kv_factor": s.kv_factor,
+            "heads": s.heads,
+            "head_dim": s.head_dim,
+            "dtype": s.dtype,
+        },
+        "cpu_threads": threads,
+    }
     atomic_write(folder / "sweep.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8"))
     typer.echo(f"sweep: {len(df)} measurements on {dev.type} in {elapsed:.1f} s")
     typer.echo(f"wrote {folder / 'measurements.parquet'}")

@@ -20,13 +20,19 @@ def validate(
         r = resolve(sc)
     c = r.cache
     typer.echo(f"{scenario}: ok ({sc.name}, mode {sc.mode})")
-    typer.echo(f"  model {r.model.name}: {r.bytes_per_token} B/token/rank, page {c.page_size} tokens "
-               f"({r.page_bytes / 2**20:.2f} MiB)")
-    typer.echo(f"  device {r.device_tokens} tokens ({c.device_pages} pages, "
-               f"{r.device_tokens * r.bytes_per_token / 1e9:.1f} GB per GPU), host {r.host_tokens} tokens "
-               f"({c.host_pages} pages, {r.host_tokens * r.bytes_per_token / 1e9:.1f} GB per GPU, "
-               f"ratio {r.host_tokens / r.device_tokens:.3g})")
-    typer.echo(f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
-               f"storage {'on' if c.storage else 'off'}")
+    typer.echo(
+        f"  model {r.model.name}: {r.bytes_per_token} B/token/rank, page {c.page_size} tokens "
+        f"({r.page_bytes / 2**20:.2f} MiB)"
+    )
+    typer.echo(
+        f"  device {r.device_tokens} tokens ({c.device_pages} pages, "
+        f"{r.device_tokens * r.bytes_per_token / 1e9:.1f} GB per GPU), host {r.host_tokens} tokens "
+        f"({c.host_pages} pages, {r.host_tokens * r.bytes_per_token / 1e9:.1f} GB per GPU, "
+        f"ratio {r.host_tokens / r.device_tokens:.3g})"
+    )
+    typer.echo(
+        f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
+        f"storage {'on' if c.storage else 'off'}"
+    )
     for w in r.warnings:
         typer.echo(f"warning: {w}", err=True)

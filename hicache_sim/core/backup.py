@@ -44,9 +44,15 @@ class BackupMixin(CacheState):
             self.counters.backup_failures += 1
             return 0
         self._set_host_value(node, host_pages)
-        t = self._new_transfer(TransferKind.D2H, "write_back" if write_back else "write_through", n,
-                               device_pages=list(node.value), host_pages=list(host_pages),
-                               node_ids=[node.id], blocking=write_back)
+        t = self._new_transfer(
+            TransferKind.D2H,
+            "write_back" if write_back else "write_through",
+            n,
+            device_pages=list(node.value),
+            host_pages=list(host_pages),
+            node_ids=[node.id],
+            blocking=write_back,
+        )
         if not write_back:
             # Write-through: pinned until the D2H ack. A write-back copy blocks the scheduler, so it
             # is complete when the evict call that made it returns: nothing stays pending.
@@ -112,8 +118,14 @@ class BackupMixin(CacheState):
             return
         hashes = [h for n in chain for h in n.hashes]
         host_pages = [p for n in chain for p in n.host_value]
-        t = self._new_transfer(TransferKind.H2S, "storage_backup", len(hashes), host_pages=host_pages,
-                               page_hashes=hashes, node_ids=[n.id for n in chain])
+        t = self._new_transfer(
+            TransferKind.H2S,
+            "storage_backup",
+            len(hashes),
+            host_pages=host_pages,
+            page_hashes=hashes,
+            node_ids=[n.id for n in chain],
+        )
         for n in chain:
             self.protect_host(n)
         self.ongoing_storage_backup[t.id] = chain

@@ -67,8 +67,11 @@ class BufferMixin(CacheState):
             return 0  # one intent per node: already queued or being written, or already durable
         # Oversize (can never be staged: it would block the FIFO head forever), parent not covered, or
         # backlog full: dropped.
-        if (n > self.host.size or not self._covered(node.parent)
-                or self.buffer_backlog_pages + n > self.write_backlog_cap_pages):
+        if (
+            n > self.host.size
+            or not self._covered(node.parent)
+            or self.buffer_backlog_pages + n > self.write_backlog_cap_pages
+        ):
             self.counters.buffer_intents_dropped += 1
             return 0
         self.buffer_queue.append(BufferIntent(node, n))
@@ -116,8 +119,14 @@ class BufferMixin(CacheState):
             q.popleft()
             self.buffer_backlog_pages -= n
             self.inc_lock_ref(node)
-            t = self._new_transfer(TransferKind.D2H, "buffer_stage", n, device_pages=list(node.value),
-                                   host_pages=list(pages), node_ids=[node.id])
+            t = self._new_transfer(
+                TransferKind.D2H,
+                "buffer_stage",
+                n,
+                device_pages=list(node.value),
+                host_pages=list(pages),
+                node_ids=[node.id],
+            )
             self._buffer_writes[t.id] = (node, pages, list(node.hashes or []))
             self.buffer_staged_pages += n
             self.counters.buffer_staged_pages += n
@@ -127,8 +136,9 @@ class BufferMixin(CacheState):
     def _ack_buffer_stage(self, t: Transfer) -> None:
         node, pages, hashes = self._buffer_writes.pop(t.id)
         self.dec_lock_ref(node)
-        s = self._new_transfer(TransferKind.H2S, "buffer_store", len(pages), host_pages=list(pages),
-                               page_hashes=hashes, node_ids=[node.id])
+        s = self._new_transfer(
+            TransferKind.H2S, "buffer_store", len(pages), host_pages=list(pages), page_hashes=hashes, node_ids=[node.id]
+        )
         self._buffer_writes[s.id] = (node, pages, hashes)
 
     def _ack_buffer_store(self, t: Transfer) -> None:
@@ -169,15 +179,21 @@ class BufferMixin(CacheState):
             return 0
         m = len(sp.keys)
         start = len(st.pages)
-        if st.last_node is not sp.anchor or st.keys[start:start + m] != sp.keys:
+        if st.last_node is not sp.anchor or st.keys[start : start + m] != sp.keys:
             self._drop_staged(sp)
             return 0
         pages = self.alloc_device(m)
         if pages is None:
             self._drop_staged(sp)
             return 0
-        t = self._new_transfer(TransferKind.H2D, "buffer_load", m, device_pages=list(pages),
-                               host_pages=list(sp.host_pages), request_id=st.rid)
+        t = self._new_transfer(
+            TransferKind.H2D,
+            "buffer_load",
+            m,
+            device_pages=list(pages),
+            host_pages=list(sp.host_pages),
+            request_id=st.rid,
+        )
         self._buffer_loads[t.id] = sp.host_pages
         st.pages.extend(pages)
         self.checkpoint_request(st, start + m)

@@ -107,7 +107,7 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             # Touch after the split: the lower half was not referenced and keeps its age.
             self._touch(child)
             if child.value is None:
-                self._set_value(child, pages[pos:pos + plen])
+                self._set_value(child, pages[pos : pos + plen])
                 self.counters.reattached_pages += plen
             else:
                 prefix += plen

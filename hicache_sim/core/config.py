@@ -60,14 +60,20 @@ class CacheConfig:
     strict: bool = False
 
     def __post_init__(self) -> None:
-        positive = {"page_size": self.page_size, "device_pages": self.device_pages,
-                    "storage_batch_pages": self.storage_batch_pages}
+        positive = {
+            "page_size": self.page_size,
+            "device_pages": self.device_pages,
+            "storage_batch_pages": self.storage_batch_pages,
+        }
         for name, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"cache.{name}", f"must be > 0, got {value}")
-        for name, value in {"host_pages": self.host_pages, "bytes_per_page": self.bytes_per_page,
-                            "load_back_threshold_tokens": self.load_back_threshold_tokens,
-                            "prefetch_threshold_tokens": self.prefetch_threshold_tokens}.items():
+        for name, value in {
+            "host_pages": self.host_pages,
+            "bytes_per_page": self.bytes_per_page,
+            "load_back_threshold_tokens": self.load_back_threshold_tokens,
+            "prefetch_threshold_tokens": self.prefetch_threshold_tokens,
+        }.items():
             if value < 0:
                 raise ConfigError(f"cache.{name}", f"must be >= 0, got {value}")
         WRITE_POLICIES.get(self.write_policy)
@@ -85,8 +91,9 @@ class CacheConfig:
             raise ConfigError("cache.storage_capacity_pages", f"must be >= 0, got {self.storage_capacity_pages}")
         if self.host_memory_mode == "buffer_only":
             if not self.storage:
-                raise ConfigError("cache.host_memory_mode",
-                                  "buffer_only needs a storage backend (storage_backend is none)")
+                raise ConfigError(
+                    "cache.host_memory_mode", "buffer_only needs a storage backend (storage_backend is none)"
+                )
             if self.write_policy == "write_back":
                 raise ConfigError("cache.write_policy", "buffer_only forbids write_back")
             if self.host_pages == 0:

@@ -37,8 +37,13 @@ class HostEvictionRule:
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         """Host-eviction candidate (read-only)."""
-        return (node.value is None and node.host_value is not None and node.lock_ref == 0
-                and node.host_ref == 0 and node.n_host_children == 0)
+        return (
+            node.value is None
+            and node.host_value is not None
+            and node.lock_ref == 0
+            and node.host_ref == 0
+            and node.n_host_children == 0
+        )
 
     def key(self, cache: HiCache, node: Node) -> Any:
         """Eviction order among host candidates; the cache's strategy by default."""
@@ -74,8 +79,13 @@ class ReclaimMirrors(HostEvictionRule):
     name = "reclaim_mirrors"
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
-        return (node.host_value is not None and node.lock_ref == 0 and node.host_ref == 0
-                and node.n_host_children == 0 and node.pending_write is None)
+        return (
+            node.host_value is not None
+            and node.lock_ref == 0
+            and node.host_ref == 0
+            and node.n_host_children == 0
+            and node.pending_write is None
+        )
 
     def key(self, cache: HiCache, node: Node) -> Any:
         # Among mirrors, the one whose device copy the strategy would evict *last* goes first: the host

@@ -44,8 +44,7 @@ def _check_shape(cache: HiCache, nodes: list[Node]) -> None:
         seen.add(id(node))
         for k, c in node.children.items():
             if c.parent is not node:
-                _fail("1 shape", f"node {c.id} is child of {node.id} but its parent is "
-                                 f"{getattr(c.parent, 'id', None)}")
+                _fail("1 shape", f"node {c.id} is child of {node.id} but its parent is {getattr(c.parent, 'id', None)}")
             if not c.key:
                 _fail("1 shape", f"node {c.id} has an empty key")
             if k != c.key[0]:
@@ -62,8 +61,11 @@ def _check_shape(cache: HiCache, nodes: list[Node]) -> None:
 def _check_states(cache: HiCache, nodes: list[Node]) -> None:
     # Write-through keeps the host set prefix-closed unless the 2025 semantics (no parent guard) run;
     # the boundary rule only needs H-only nodes under a host copy. Write-back needs neither.
-    prefix_closed = (cache.host_rule.prefix_closed_host and cache.write_policy.threshold is not None
-                     and cache.sem.parent_backup != "none")
+    prefix_closed = (
+        cache.host_rule.prefix_closed_host
+        and cache.write_policy.threshold is not None
+        and cache.sem.parent_backup != "none"
+    )
     boundary = prefix_closed or cache.host_rule.demotes
     for node in nodes:
         parent = node.parent
@@ -96,16 +98,18 @@ def _check_locks(cache: HiCache, nodes: list[Node]) -> None:
             _fail("6 locks", f"node {node.id} lock_ref {node.lock_ref} host_ref {node.host_ref}")
         parent = node.parent
         if parent is not cache.root and parent.lock_ref < node.lock_ref:
-            _fail("6 locks", f"node {node.id} lock_ref {node.lock_ref} > parent {parent.id} "
-                             f"lock_ref {parent.lock_ref}")
+            _fail("6 locks", f"node {node.id} lock_ref {node.lock_ref} > parent {parent.id} lock_ref {parent.lock_ref}")
 
 
 def _check_accounting(cache: HiCache, nodes: list[Node]) -> None:
     total = sum(len(n.value) for n in nodes if n.value is not None)
     unlocked = sum(len(n.value) for n in nodes if n.value is not None and n.lock_ref == 0)
     if cache.evictable_pages + cache.protected_pages != total:
-        _fail("7 accounting", f"evictable {cache.evictable_pages} + protected {cache.protected_pages} "
-                              f"!= {total} device pages in the tree")
+        _fail(
+            "7 accounting",
+            f"evictable {cache.evictable_pages} + protected {cache.protected_pages} "
+            f"!= {total} device pages in the tree",
+        )
     if cache.evictable_pages != unlocked:
         _fail("7 accounting", f"evictable {cache.evictable_pages} != {unlocked} unlocked device pages")
 
@@ -144,16 +148,17 @@ def _check_pool(name: str, pool, owned: list[tuple[str, list[int]]]) -> None:
             seen[p] = owner
     accounted = len(seen) + pool.size - fresh
     if len(seen) != fresh or any(not 0 <= p < fresh for p in seen):
-        _fail("9 slots", f"{name} pool: {accounted} pages accounted for, pool has {pool.size} "
-                         f"({pool.size - accounted} leaked)")
+        _fail(
+            "9 slots",
+            f"{name} pool: {accounted} pages accounted for, pool has {pool.size} ({pool.size - accounted} leaked)",
+        )
 
 
 def _check_slots(cache: HiCache, nodes: list[Node], held: list[int]) -> None:
     dev: list[tuple[str, list[int]]] = [(f"node {n.id}", n.value) for n in nodes if n.value is not None]
     dev.append(("running requests", held))
     _check_pool("device", cache.device, dev)
-    host: list[tuple[str, list[int]]] = [(f"node {n.id}", n.host_value) for n in nodes
-                                         if n.host_value is not None]
+    host: list[tuple[str, list[int]]] = [(f"node {n.id}", n.host_value) for n in nodes if n.host_value is not None]
     for rid, op in cache.ongoing_prefetch.items():
         if op.host_pages:
             host.append((f"prefetch {rid}", op.host_pages))

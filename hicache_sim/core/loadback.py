@@ -29,8 +29,7 @@ class LoadBackMixin(CacheState):
                 self.counters.failed_device_allocations += 1
         return pages
 
-    def load_back(self, node: Node, mem_quota_pages: int | None = None,
-                  request_id: str | None = None) -> Node | None:
+    def load_back(self, node: Node, mem_quota_pages: int | None = None, request_id: str | None = None) -> Node | None:
         """Bring the evicted chain ending at ``node`` back to device (mutates).
 
         All or nothing: refused when the chain is under ``load_back_threshold_tokens`` or over
@@ -70,13 +69,20 @@ class LoadBackMixin(CacheState):
         i = 0
         for c in chain:
             k = len(c.host_value)
-            self._set_value(c, pages[i:i + k])
+            self._set_value(c, pages[i : i + k])
             host_pages.extend(c.host_value)
             i += k
         last = chain[-1]
         self.inc_lock_ref(last)
-        t = self._new_transfer(TransferKind.H2D, "load_back", n, device_pages=list(pages),
-                               host_pages=host_pages, node_ids=[c.id for c in chain], request_id=request_id)
+        t = self._new_transfer(
+            TransferKind.H2D,
+            "load_back",
+            n,
+            device_pages=list(pages),
+            host_pages=host_pages,
+            node_ids=[c.id for c in chain],
+            request_id=request_id,
+        )
         self.ongoing_load[t.id] = last
         self.counters.load_backs += 1
         self.counters.load_back_pages += n

@@ -54,10 +54,10 @@ class PagePool:
         self._fresh = fresh + from_fresh
         if rest:
             head = self._head
-            out += self._free[head:head + rest]
+            out += self._free[head : head + rest]
             self._head = head + rest
             if self._head > 4096 and self._head * 2 > len(self._free):
-                del self._free[:self._head]
+                del self._free[: self._head]
                 self._head = 0
         if self._in_use is not None:
             if from_fresh:
@@ -83,11 +83,11 @@ class PagePool:
 
     def recycled_pages(self) -> list[int]:
         """Copy of the freed slots in reuse order, after the never-used ones (read-only; for checks)."""
-        return self._free[self._head:]
+        return self._free[self._head :]
 
     def free_pages(self) -> list[int]:
         """Copy of the whole free list in reuse order (read-only; O(size): small pools and tests only)."""
-        return [*range(self._fresh, self.size), *self._free[self._head:]]
+        return [*range(self._fresh, self.size), *self._free[self._head :]]
 
 
 class StorageIndex:

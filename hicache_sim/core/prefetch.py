@@ -66,9 +66,11 @@ class PrefetchMixin(CacheState):
 
     def prefetch_capacity_limit_pages(self) -> int:
         """Pages of prefetch allowed in flight (may be <= 0: prefetch disabled, the 2025 formula)."""
-        limit_tokens = prefetch_capacity_limit_tokens(self.config.host_pages * self.page_size,
-                                                      self.config.device_pages * self.page_size,
-                                                      self.config.prefetch_capacity_formula)
+        limit_tokens = prefetch_capacity_limit_tokens(
+            self.config.host_pages * self.page_size,
+            self.config.device_pages * self.page_size,
+            self.config.prefetch_capacity_formula,
+        )
         return limit_tokens // self.page_size if limit_tokens > 0 else limit_tokens
 
     def prefetch_rate_limited(self) -> bool:
@@ -94,8 +96,13 @@ class PrefetchMixin(CacheState):
         if self.prefetch_rate_limited():
             c.prefetch_rate_limited += 1
             return None
-        if (not self.buffer_only and self.host_rule.prefix_closed_host and self.write_policy.threshold
-                and anchor is not self.root and anchor.host_value is None):
+        if (
+            not self.buffer_only
+            and self.host_rule.prefix_closed_host
+            and self.write_policy.threshold
+            and anchor is not self.root
+            and anchor.host_value is None
+        ):
             # H-only pages under a D-only node would break the prefix-closed host set (#30106).
             c.prefetch_revoked += 1
             return None
@@ -174,8 +181,14 @@ class PrefetchMixin(CacheState):
         batch = self.config.storage_batch_pages
         for i in range(0, hit, batch):
             j = min(hit, i + batch)
-            t = self._new_transfer(TransferKind.S2H, "prefetch", j - i, host_pages=op.host_pages[i:j],
-                                   page_hashes=op.hashes[i:j], request_id=rid)
+            t = self._new_transfer(
+                TransferKind.S2H,
+                "prefetch",
+                j - i,
+                host_pages=op.host_pages[i:j],
+                page_hashes=op.hashes[i:j],
+                request_id=rid,
+            )
             op.transfer_ids.append(t.id)
         return hit
 
@@ -195,8 +208,12 @@ class PrefetchMixin(CacheState):
 
     def prefetch_timeout(self, op: PrefetchOp) -> float:
         """Seconds after its start at which a timeout-policy prefetch may stop."""
-        return prefetch_timeout_s((op.hit_pages or 0) * self.page_size, self.config.timeout_base_s,
-                                  self.config.timeout_per_ki_token_s, self.config.timeout_max_s)
+        return prefetch_timeout_s(
+            (op.hit_pages or 0) * self.page_size,
+            self.config.timeout_base_s,
+            self.config.timeout_per_ki_token_s,
+            self.config.timeout_max_s,
+        )
 
     def check_prefetch_progress(self, rid: str, now: float) -> bool:
         """May the request be scheduled? True when it has no prefetch or the stop policy lets it go,
@@ -261,8 +278,7 @@ class PrefetchMixin(CacheState):
         if op is not None:
             self._revoke(op)
 
-    def _insert_host_only(self, anchor: Node, keys: list[int], host_pages: list[int],
-                          hashes: list[int]) -> int:
+    def _insert_host_only(self, anchor: Node, keys: list[int], host_pages: list[int], hashes: list[int]) -> int:
         """Insert prefetched pages as H-only nodes below ``anchor``. Returns pages already present,
         whose host copies are freed at once as duplicates."""
         node = anchor
@@ -279,8 +295,12 @@ class PrefetchMixin(CacheState):
         if pos:
             self.host.free(host_pages[:pos])
         if pos < n:
-            if (node is not self.root and node.host_value is None and self.host_rule.prefix_closed_host
-                    and self.write_policy.threshold):
+            if (
+                node is not self.root
+                and node.host_value is None
+                and self.host_rule.prefix_closed_host
+                and self.write_policy.threshold
+            ):
                 # The attach point lost its host copy meanwhile: keep the host set prefix-closed.
                 self.host.free(host_pages[pos:])
                 return n

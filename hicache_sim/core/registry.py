@@ -41,8 +41,9 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise ConfigError(self.field, f"unknown {self.kind} {name!r}. Supported: {', '.join(self.names())}")\
-                from None
+            raise ConfigError(
+                self.field, f"unknown {self.kind} {name!r}. Supported: {', '.join(self.names())}"
+            ) from None
 
     def names(self) -> list[str]:
         """Registered names in registration order."""

@@ -49,8 +49,9 @@ class RequestMixin(CacheState):
         """
         m = self.match_prefix(keys[:match_pages])
         self.inc_lock_ref(m.last_device_node)
-        st = RequestState(rid, keys, list(m.device_pages), len(m.device_pages), m.last_device_node,
-                          m.last_node, priority=priority)
+        st = RequestState(
+            rid, keys, list(m.device_pages), len(m.device_pages), m.last_device_node, m.last_node, priority=priority
+        )
         st.device_hit = len(m.device_pages)
         from_storage = min(self.prefetched_pages.pop(rid, 0), m.host_hit_pages)
         st.host_hit = m.host_hit_pages - from_storage
@@ -111,9 +112,9 @@ class RequestMixin(CacheState):
         self._check_pages(st, upto)
         prefix = self.insert(st.keys[:upto], st.pages[:upto], chunked=chunked, priority=st.priority)
         if prefix > st.cached:
-            self.device.free(st.pages[st.cached:prefix])
+            self.device.free(st.pages[st.cached : prefix])
         m = self.match_prefix(st.keys[:upto])
-        st.pages[:len(m.device_pages)] = m.device_pages
+        st.pages[: len(m.device_pages)] = m.device_pages
         self.dec_lock_ref(st.last_node)
         self.inc_lock_ref(m.last_device_node)
         st.last_node = m.last_device_node
@@ -126,7 +127,7 @@ class RequestMixin(CacheState):
         self._check_pages(st, n)
         prefix = self.insert(st.keys[:n], st.pages[:n], priority=st.priority)
         if prefix > st.cached:
-            self.device.free(st.pages[st.cached:prefix])
+            self.device.free(st.pages[st.cached : prefix])
         if len(st.pages) > n:
             self.device.free(st.pages[n:])
         self.dec_lock_ref(st.last_node)
@@ -135,11 +136,12 @@ class RequestMixin(CacheState):
     def abort_request(self, st: RequestState) -> None:
         """Give back everything the request holds without inserting it (mutates)."""
         if len(st.pages) > st.cached:
-            self.device.free(st.pages[st.cached:])
+            self.device.free(st.pages[st.cached :])
         self.dec_lock_ref(st.last_node)
         st.done = True
 
     def _check_pages(self, st: RequestState, upto: int) -> None:
         if upto > len(st.pages) or upto > len(st.keys):
-            raise CacheStateError(f"request {st.rid}: insert of {upto} pages but it holds {len(st.pages)} "
-                                  f"pages for {len(st.keys)} keys")
+            raise CacheStateError(
+                f"request {st.rid}: insert of {upto} pages but it holds {len(st.pages)} pages for {len(st.keys)} keys"
+            )

@@ -93,8 +93,11 @@ def host_pool_tokens(
     ``int(device_tokens * host_ratio)``, then aligned: ``up_plus_one`` (2026: ``size // page + 1``
     pages, one page more even when aligned), ``down`` (mid-2025: ``size // page`` pages).
     """
-    given = [name for name, v in (("host_ratio", host_ratio), ("host_size_gb", host_size_gb),
-                                  ("host_tokens", host_tokens)) if v is not None]
+    given = [
+        name
+        for name, v in (("host_ratio", host_ratio), ("host_size_gb", host_size_gb), ("host_tokens", host_tokens))
+        if v is not None
+    ]
     if len(given) != 1:
         raise ConfigError("cache", f"give exactly one of host_ratio, host_size_gb, host_tokens; got {given}")
     if page_size <= 0:
@@ -103,8 +106,9 @@ def host_pool_tokens(
         raise ConfigError("cache.host_alignment", f"expected one of {ALIGNMENTS}, got {alignment!r}")
     if host_tokens is not None:
         if host_tokens < 0 or host_tokens % page_size:
-            raise ConfigError("cache.host_tokens",
-                              f"must be >= 0 and a multiple of page_size {page_size}, got {host_tokens}")
+            raise ConfigError(
+                "cache.host_tokens", f"must be >= 0 and a multiple of page_size {page_size}, got {host_tokens}"
+            )
         size = host_tokens
     else:
         if host_size_gb is not None:
@@ -125,12 +129,13 @@ def host_pool_tokens(
         else:
             size = raw
             if size % page_size:
-                raise ConfigError("cache.host_alignment",
-                                  f"'exact' needs a page-aligned size, got {size} tokens")
+                raise ConfigError("cache.host_alignment", f"'exact' needs a page-aligned size, got {size} tokens")
     warning = None
     if 0 < size <= device_tokens:
-        warning = (f"host pool ({size} tokens) is not larger than the device pool ({device_tokens} "
-                   "tokens): L2 cache effectiveness is reduced")
+        warning = (
+            f"host pool ({size} tokens) is not larger than the device pool ({device_tokens} "
+            "tokens): L2 cache effectiveness is reduced"
+        )
     return HostSizing(size, warning)
 
 
@@ -146,8 +151,9 @@ def prefetch_capacity_limit_tokens(host_tokens: int, device_tokens: int, formula
         return int(0.5 * host_tokens)
     if formula == "2026_buffer_only":
         return int(0.9 * host_tokens)
-    raise ConfigError("cache.prefetch_capacity_formula",
-                      f"expected one of 2025, 2026, 2026_buffer_only; got {formula!r}")
+    raise ConfigError(
+        "cache.prefetch_capacity_formula", f"expected one of 2025, 2026, 2026_buffer_only; got {formula!r}"
+    )
 
 
 def prefetch_timeout_s(hit_tokens: int, base_s: float, per_ki_token_s: float, max_s: float | None) -> float:

@@ -79,8 +79,15 @@ class CacheState:
 
     def _new_transfer(self, kind: TransferKind, reason: str, pages: int, **fields: Any) -> Transfer:
         """Create a transfer, register it as in flight and put it in the outbox (mutates)."""
-        t = Transfer(self._next_transfer_id, kind, reason, pages, pages * self.config.bytes_per_page,
-                     issued_at=self.now, **fields)
+        t = Transfer(
+            self._next_transfer_id,
+            kind,
+            reason,
+            pages,
+            pages * self.config.bytes_per_page,
+            issued_at=self.now,
+            **fields,
+        )
         self._next_transfer_id += 1
         self._outbox.append(t)
         self.inflight[t.id] = t
@@ -95,8 +102,7 @@ class CacheState:
 
     def is_device_candidate(self, node: Node) -> bool:
         """Device-eviction candidate: on device, unlocked, no child on device, not root (read-only)."""
-        return (node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0
-                and node is not self.root)
+        return node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0 and node is not self.root
 
     def _refresh(self, node: Node) -> None:
         """Recompute both candidacies and keys of ``node``; push a heap entry where either changed."""
@@ -331,5 +337,10 @@ class CacheState:
                     dh += n
             if node.host_value is not None:
                 h += n
-        return {"device_pages": d, "host_pages": h, "mirror_pages": dh,
-                "device_only_pages": d - dh, "host_only_pages": h - dh}
+        return {
+            "device_pages": d,
+            "host_pages": h,
+            "mirror_pages": dh,
+            "device_only_pages": d - dh,
+            "host_only_pages": h - dh,
+        }

@@ -69,14 +69,16 @@ class Node:
         return "H" if self.host_value is not None else "-"
 
     def __repr__(self) -> str:
-        return (f"Node(id={self.id}, pages={len(self.key)}, state={self.state()}, lock_ref={self.lock_ref}, "
-                f"host_ref={self.host_ref})")
+        return (
+            f"Node(id={self.id}, pages={len(self.key)}, state={self.state()}, lock_ref={self.lock_ref}, "
+            f"host_ref={self.host_ref})"
+        )
 
 
 def match_len(node_key: list[int], keys: list[int], pos: int) -> int:
     """Number of leading pages of ``node_key`` equal to ``keys[pos:]`` (read-only)."""
     n = len(node_key)
-    if keys[pos:pos + n] == node_key:
+    if keys[pos : pos + n] == node_key:
         return n
     m = min(n, len(keys) - pos)
     i = 0

@@ -76,8 +76,9 @@ class Executor:
     larger than the staging cap are split into chunks, each one more launch.
     """
 
-    def __init__(self, pools: KVPools, io_backend: str, *, max_staging_bytes: int | None = None,
-                 flush_bytes: int | None = None) -> None:
+    def __init__(
+        self, pools: KVPools, io_backend: str, *, max_staging_bytes: int | None = None, flush_bytes: int | None = None
+    ) -> None:
         if io_backend not in IO_BACKENDS:
             raise ReplayError(f"io_backend {io_backend!r}: expected one of {', '.join(IO_BACKENDS)}")
         self.pools = pools
@@ -135,12 +136,13 @@ class Executor:
         dev, host = _page_list(record.get("device_pages")), _page_list(record.get("host_pages"))
         pages = int(record["pages"])
         if len(dev) != pages or len(host) != pages:
-            raise ReplayError(f"transfer {tid}: pages={pages} but {len(dev)} device and {len(host)} host "
-                              "page indices")
+            raise ReplayError(f"transfer {tid}: pages={pages} but {len(dev)} device and {len(host)} host page indices")
         page_bytes = self.pools.shape.page_bytes
         if int(record["bytes"]) != pages * page_bytes:
-            raise ReplayError(f"transfer {tid}: the log says {int(record['bytes'])} bytes, the pools give "
-                              f"{pages} x {page_bytes}; the transfer log and the scenario do not match")
+            raise ReplayError(
+                f"transfer {tid}: the log says {int(record['bytes'])} bytes, the pools give "
+                f"{pages} x {page_bytes}; the transfer log and the scenario do not match"
+            )
         self.flush_caches()
         if kind == "d2h":
             t = self.d2h(dev, host)
@@ -156,10 +158,19 @@ class Executor:
         """A measurement row (the columns ``hicache-sim calibrate`` reads)."""
         s = self.pools.shape
         return {
-            "direction": direction, "pages": pages, "bytes": pages * s.page_bytes, "segments": self.segments(pages),
-            "launches": t.launches, "granularity": granularity, "layout": self.pools.layout,
-            "io_backend": self.io_backend, "device": device_label(self.device), "page_size": s.page_size,
-            "page_bytes": s.page_bytes, "num_layers": s.num_layers, "kv_factor": s.kv_factor,
+            "direction": direction,
+            "pages": pages,
+            "bytes": pages * s.page_bytes,
+            "segments": self.segments(pages),
+            "launches": t.launches,
+            "granularity": granularity,
+            "layout": self.pools.layout,
+            "io_backend": self.io_backend,
+            "device": device_label(self.device),
+            "page_size": s.page_size,
+            "page_bytes": s.page_bytes,
+            "num_layers": s.num_layers,
+            "kv_factor": s.kv_factor,
             "duration_s": t.duration_s,
         }
 
@@ -192,7 +203,7 @@ class Executor:
     def _chunks(self, src: list[int], dst: list[int]) -> list[tuple[list[int], list[int]]]:
         """(source slots, destination slots) per chunk of at most ``chunk_pages`` pages."""
         step = self.chunk_pages
-        return [(src[i:i + step], dst[i:i + step]) for i in range(0, len(src), step)]
+        return [(src[i : i + step], dst[i : i + step]) for i in range(0, len(src), step)]
 
     def _kernel_d2h(self, d: list[int], h: list[int]) -> Timing:
         s = self.pools.shape
@@ -256,8 +267,9 @@ class Executor:
                 launches += 1
         return Timing(total, launches)
 
-    def _direct(self, src: torch.Tensor, dst: torch.Tensor, s_slots: list[int], d_slots: list[int],
-                per_layer: bool, stream) -> Timing:
+    def _direct(
+        self, src: torch.Tensor, dst: torch.Tensor, s_slots: list[int], d_slots: list[int], per_layer: bool, stream
+    ) -> Timing:
         """One ``copy_`` per piece; on CUDA asynchronous on ``stream`` (pinned host memory)."""
         shape = self.pools.shape
         joint_kv = self.pools.layout == "page_first_direct"  # K and V of a layer's page in one piece
@@ -284,8 +296,14 @@ def _page_list(value) -> list[int]:
     return [int(x) for x in value]
 
 
-def execute_log(records: Iterable[Mapping], executor: Executor, *, per_layer: bool = True,
-                limit: int | None = None, progress: Callable[[], None] | None = None) -> pd.DataFrame:
+def execute_log(
+    records: Iterable[Mapping],
+    executor: Executor,
+    *,
+    per_layer: bool = True,
+    limit: int | None = None,
+    progress: Callable[[], None] | None = None,
+) -> pd.DataFrame:
     """Execute the host<->device transfers of a transfer log in order; one measurement row each.
 
     ``limit`` stops after that many executed transfers; storage transfers are skipped silently

@@ -84,9 +84,11 @@ def _compare(where: str, got: torch.Tensor, want: torch.Tensor, key: int) -> Non
     if bool(diff.any()):
         n = int(diff.sum())
         first = int(diff.nonzero()[0])
-        raise IntegrityError(f"page key {key:#x} ({where}): {n} of {diff.numel()} elements differ, first at "
-                             f"flat index {first} (got {int(got.reshape(-1)[first])}, "
-                             f"want {int(want.reshape(-1)[first])})")
+        raise IntegrityError(
+            f"page key {key:#x} ({where}): {n} of {diff.numel()} elements differ, first at "
+            f"flat index {first} (got {int(got.reshape(-1)[first])}, "
+            f"want {int(want.reshape(-1)[first])})"
+        )
 
 
 def verify_host(pools: KVPools, slots: list[int], keys: torch.Tensor) -> None:
@@ -110,8 +112,14 @@ def verify_device(pools: KVPools, slots: list[int], keys: torch.Tensor) -> None:
         _compare(f"device slot {slot}", got_all[:, :, i], want, int(keys[i]))
 
 
-def check_round_trip(executor: Executor, *, pages: int = 32, seed: int = 0, per_layer: bool = True,
-                     tamper: Callable[[KVPools, list[int]], None] | None = None) -> IntegrityReport:
+def check_round_trip(
+    executor: Executor,
+    *,
+    pages: int = 32,
+    seed: int = 0,
+    per_layer: bool = True,
+    tamper: Callable[[KVPools, list[int]], None] | None = None,
+) -> IntegrityReport:
     """Fill, back up, check the host, evict, load into other slots, check the device; raise on mismatch.
 
     ``pages`` is reduced to what the pools allow. ``tamper(pools, host_slots)`` runs between the
@@ -124,7 +132,7 @@ def check_round_trip(executor: Executor, *, pages: int = 32, seed: int = 0, per_
     perm = torch.randperm(pools.device_pages, generator=g).tolist()
     src = perm[:n]
     # different slots: disjoint when the pool has room, else every page shifted to another page's slot
-    dst = perm[n:2 * n] if pools.device_pages >= 2 * n else src[1:] + src[:1]
+    dst = perm[n : 2 * n] if pools.device_pages >= 2 * n else src[1:] + src[:1]
     host = torch.randperm(pools.host_pages, generator=g)[:n].tolist()
     fill_device(pools, src, keys)
     executor.d2h(src, host)

@@ -85,8 +85,9 @@ class KVShape:
         """The per-rank shape a resolved scenario's pages have (bytes agree with ``r.page_bytes``)."""
         m = r.model
         if m.attention == "mla":
-            shape = cls(m.num_layers, 1, 1, m.kv_lora_rank + m.qk_rope_head_dim, r.cache.page_size,
-                        r.scenario.model.dtype)
+            shape = cls(
+                m.num_layers, 1, 1, m.kv_lora_rank + m.qk_rope_head_dim, r.cache.page_size, r.scenario.model.dtype
+            )
         else:
             heads = max(1, m.num_kv_heads // r.scenario.hardware.tp)
             shape = cls(m.num_layers, 2, heads, m.head_dim, r.cache.page_size, r.scenario.model.dtype)
@@ -189,15 +190,17 @@ class KVPools:
         """
         p = self.shape.page_size
         if self.layout == "layer_first":
-            return self.host_buf[:, :, slot * p:(slot + 1) * p]
+            return self.host_buf[:, :, slot * p : (slot + 1) * p]
         if self.layout == "page_first":
-            return self.host_buf[:, slot * p:(slot + 1) * p].permute(0, 2, 1, 3, 4)
+            return self.host_buf[:, slot * p : (slot + 1) * p].permute(0, 2, 1, 3, 4)
         return self.host_buf[:, slot]
 
     def sglang_shapes(self) -> dict[str, tuple[int, ...]]:
         """Native buffer shapes as SGLang names them (MLA without the K/V axis)."""
+
         def squeeze(t: torch.Tensor) -> tuple[int, ...]:
             return tuple(t.shape[1:]) if self.shape.kv_factor == 1 else tuple(t.shape)
+
         return {"device": squeeze(self.device_buf), "host": squeeze(self.host_buf)}
 
 
@@ -217,8 +220,15 @@ def pool_pages_cap(shape: KVShape, device: torch.device, max_pool_bytes: int | N
     return max(1, cap // shape.page_bytes)
 
 
-def allocate_pools(shape: KVShape, layout: str, device_pages: int, host_pages: int,
-                   device: torch.device | str = "auto", *, max_pool_bytes: int | None = None) -> KVPools:
+def allocate_pools(
+    shape: KVShape,
+    layout: str,
+    device_pages: int,
+    host_pages: int,
+    device: torch.device | str = "auto",
+    *,
+    max_pool_bytes: int | None = None,
+) -> KVPools:
     """Zeroed pools of at most ``max_pool_bytes`` each; host pinned when the device is CUDA.
 
     Page counts above the cap are reduced (the executor wraps indices); the caller sees the real
@@ -231,10 +241,10 @@ def allocate_pools(shape: KVShape, layout: str, device_pages: int, host_pages: i
     n_dev = max(1, min(device_pages, cap))
     n_host = max(1, min(host_pages, cap))
     s = shape
-    device_buf = torch.zeros((s.kv_factor, s.num_layers, n_dev * s.page_size, s.heads, s.head_dim),
-                             dtype=s.torch_dtype, device=dev)
-    host_buf = torch.zeros(_native_host_shape(s, layout, n_host), dtype=s.torch_dtype,
-                           pin_memory=dev.type == "cuda")
+    device_buf = torch.zeros(
+        (s.kv_factor, s.num_layers, n_dev * s.page_size, s.heads, s.head_dim), dtype=s.torch_dtype, device=dev
+    )
+    host_buf = torch.zeros(_native_host_shape(s, layout, n_host), dtype=s.torch_dtype, pin_memory=dev.type == "cuda")
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)  # zero-fill ran on the default stream; copies use side streams
     return KVPools(s, layout, dev, n_dev, n_host, device_buf, host_buf)

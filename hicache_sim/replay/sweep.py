@@ -26,7 +26,7 @@ from ..presets import IO_BACKENDS, MEM_LAYOUTS
 from .executor import Executor
 from .pools import KVShape, allocate_pools, cpu_threads, device_name
 
-DEFAULT_PAGE_COUNTS = tuple(2 ** i for i in range(13))  # 1, 2, 4, ..., 4096
+DEFAULT_PAGE_COUNTS = tuple(2**i for i in range(13))  # 1, 2, 4, ..., 4096
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ class SweepConfig:
     h2d_granularities: tuple[str, ...] = ("per_layer",)  # as SGLang loads back (and the world models)
     repeats: int = 3
     warmup: int = 0  # unrecorded runs of each point first (caches are flushed before every run anyway)
-    shape: KVShape = field(default_factory=lambda: KVShape(num_layers=2, kv_factor=2, heads=1, head_dim=32,
-                                                           page_size=16))
+    shape: KVShape = field(
+        default_factory=lambda: KVShape(num_layers=2, kv_factor=2, heads=1, head_dim=32, page_size=16)
+    )
     seed: int = 0
     max_pool_bytes: int | None = None
     cpu_threads: int | None = 1  # torch threads on CPU (see pools.cpu_threads); None: torch's default
@@ -66,8 +67,7 @@ class SweepConfig:
         return per * len(self.page_sizes) * len(self.layouts) * len(self.io_backends)
 
 
-def run_sweep(cfg: SweepConfig, device: torch.device, *,
-              progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+def run_sweep(cfg: SweepConfig, device: torch.device, *, progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Run the grid on ``device``; one row per measurement (plus ``repeat`` and ``point``).
 
     Page counts a capped pool cannot hold are skipped (``progress`` still advances for them).

@@ -68,7 +68,7 @@ class PrefillAdder:
         """
         cache = self.cache
         page = self.page
-        m = cache.match_prefix(r.keys[:r.limit])  # SGLang re-matches waiting requests every round
+        m = cache.match_prefix(r.keys[: r.limit])  # SGLang re-matches waiting requests every round
         extend = r.seq_tokens - m.device_hit_pages * page
         if extend + self._output_reserve(r) >= self.rem_total - _unlocked_pages(cache, m.last_device_node) * page:
             return NO_TOKEN

@@ -60,9 +60,13 @@ class SchedulerPolicy:
     @classmethod
     def from_scenario(cls, sc) -> SchedulerPolicy:
         s = sc.scheduler
-        return cls(chunked_prefill_tokens=s.chunked_prefill_size, max_running_requests=s.max_running_requests,
-                   max_prefill_tokens=s.max_prefill_tokens, reserve_last_token=s.reserve_last_token,
-                   insert_output=s.insert_output)
+        return cls(
+            chunked_prefill_tokens=s.chunked_prefill_size,
+            max_running_requests=s.max_running_requests,
+            max_prefill_tokens=s.max_prefill_tokens,
+            reserve_last_token=s.reserve_last_token,
+            insert_output=s.insert_output,
+        )
 
     @property
     def new_token_ratio_decay(self) -> float:
@@ -84,9 +88,18 @@ class Step:
 class Scheduler:
     """SGLang-like scheduler over one HiCache. ``run()`` is its SimPy process."""
 
-    def __init__(self, env: simpy.Environment, cache: HiCache, compute: StepTimeModel, transport: Transport,
-                 policy: SchedulerPolicy, *, storage_latency_s: float, on_done: Callable[[SimRequest], None],
-                 check_invariants: bool = False) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cache: HiCache,
+        compute: StepTimeModel,
+        transport: Transport,
+        policy: SchedulerPolicy,
+        *,
+        storage_latency_s: float,
+        on_done: Callable[[SimRequest], None],
+        check_invariants: bool = False,
+    ) -> None:
         self.env = env
         self.cache = cache
         self.compute = compute
@@ -106,9 +119,18 @@ class Scheduler:
         self.new_token_ratio = policy.init_new_token_ratio
         self._idle: simpy.Event | None = None
         self._wake_times: set[float] = set()
-        self.counters = {"steps": 0, "prefill_steps": 0, "decode_steps": 0, "prefill_tokens": 0,
-                         "decode_tokens": 0, "retractions": 0, "rejected_requests": 0, "load_stall_s": 0.0,
-                         "blocking_wait_s": 0.0, "busy_s": 0.0}
+        self.counters = {
+            "steps": 0,
+            "prefill_steps": 0,
+            "decode_steps": 0,
+            "prefill_tokens": 0,
+            "decode_tokens": 0,
+            "retractions": 0,
+            "rejected_requests": 0,
+            "load_stall_s": 0.0,
+            "blocking_wait_s": 0.0,
+            "busy_s": 0.0,
+        }
 
     # ------------------------------------------------------------------------------ inputs
 
@@ -186,9 +208,9 @@ class Scheduler:
         """A new request: start its storage prefetch (hit query after the storage latency), queue it."""
         cache = self.cache
         if cache.storage is not None:
-            m = cache.match_prefix(r.keys[:r.limit])
+            m = cache.match_prefix(r.keys[: r.limit])
             matched = m.device_hit_pages + m.host_hit_pages
-            op = cache.prefetch(r.req.rid, m.last_node, r.keys[matched:r.limit], self.env.now)
+            op = cache.prefetch(r.req.rid, m.last_node, r.keys[matched : r.limit], self.env.now)
             if op is not None:
                 r.had_prefetch = True
                 rid = r.req.rid
@@ -218,9 +240,13 @@ class Scheduler:
     def _form_prefill(self) -> Step | None:
         cache = self.cache
         pol = self.policy
-        adder = PrefillAdder(cache, offset=self.decoding.reserved_tokens() * self.new_token_ratio,
-                             rem_input=pol.max_prefill_tokens, rem_chunk=pol.chunked_prefill_tokens or INF_TOKENS,
-                             clip_tokens=pol.clip_max_new_tokens)
+        adder = PrefillAdder(
+            cache,
+            offset=self.decoding.reserved_tokens() * self.new_token_ratio,
+            rem_input=pol.max_prefill_tokens,
+            rem_chunk=pol.chunked_prefill_tokens or INF_TOKENS,
+            clip_tokens=pol.clip_max_new_tokens,
+        )
         more = True
         if self.chunked is not None:
             c = adder.add_chunked(self.chunked)
@@ -484,7 +510,7 @@ class Scheduler:
         out: list[int] = []
         for r in self._active():
             if r.st is not None:
-                out.extend(r.st.pages[r.st.cached:])
+                out.extend(r.st.pages[r.st.cached :])
         return out
 
     def check(self) -> None:

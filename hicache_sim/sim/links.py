@@ -78,18 +78,30 @@ class Link:
         """(latency, work) seconds of a transfer alone on this link. A transfer of several copy
         operations (one per layer) pays the first one's latency up front and the others' as link time."""
         p = self.params
-        work = ((launches - 1) * p.latency_s + segments * p.segment_overhead_s
-                + p.effective_bytes(nbytes, segments) / p.bandwidth_Bps)
+        work = (
+            (launches - 1) * p.latency_s
+            + segments * p.segment_overhead_s
+            + p.effective_bytes(nbytes, segments) / p.bandwidth_Bps
+        )
         return p.latency_s, work
 
-    def submit(self, nbytes: int, segments: int, on_done: Callable[[Flow], None] | None = None, *,
-               milestones: int = 0, on_milestone: Callable[[Flow, int, float], None] | None = None,
-               tag: object = None, launches: int = 1) -> Flow:
+    def submit(
+        self,
+        nbytes: int,
+        segments: int,
+        on_done: Callable[[Flow], None] | None = None,
+        *,
+        milestones: int = 0,
+        on_milestone: Callable[[Flow, int, float], None] | None = None,
+        tag: object = None,
+        launches: int = 1,
+    ) -> Flow:
         """Start a transfer now (mutates). ``on_done(flow)`` runs at its completion; with
         ``milestones = k`` ``on_milestone(flow, i, t)`` runs when fraction (i + 1) / k has arrived."""
         latency, work = self.cost(nbytes, segments, launches)
-        flow = Flow(self._next_id, nbytes, latency, work, on_done, milestones, on_milestone,
-                    submit_s=self.env.now, tag=tag)
+        flow = Flow(
+            self._next_id, nbytes, latency, work, on_done, milestones, on_milestone, submit_s=self.env.now, tag=tag
+        )
         self._next_id += 1
         if latency > 0:
             self.env.timeout(latency).callbacks.append(lambda _ev, f=flow: self._join(f))
@@ -175,11 +187,16 @@ class Link:
     def stats(self, elapsed_s: float) -> dict:
         """{bytes, busy_s, utilisation} over ``elapsed_s`` simulated seconds."""
         busy = self.busy_until(self.env.now)
-        return {"bytes": self.bytes, "busy_s": busy, "utilisation": busy / elapsed_s if elapsed_s > 0 else 0.0,
-                "transfers": self.transfers}
+        return {
+            "bytes": self.bytes,
+            "busy_s": busy,
+            "utilisation": busy / elapsed_s if elapsed_s > 0 else 0.0,
+            "transfers": self.transfers,
+        }
 
 
 def storage_params(bandwidth_Bps: float, latency_s: float) -> LinkParams:
     """Storage link: latency per batch and bandwidth; no per-piece cost, full efficiency."""
-    return LinkParams(bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, half_efficiency_bytes=0.0,
-                      segment_overhead_s=0.0)
+    return LinkParams(
+        bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, half_efficiency_bytes=0.0, segment_overhead_s=0.0
+    )

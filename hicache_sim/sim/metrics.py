@@ -45,17 +45,30 @@ class RequestRecord:
 
         prefetch_wait = since(self.prefetch_done_s)
         return {
-            "rid": r.rid, "arrival_s": arrival, "admit_s": self.admit_s, "first_token_s": self.first_token_s,
-            "finish_s": self.finish_s, "queue_s": since(self.admit_s),
-            "prefetch_wait_s": prefetch_wait if prefetch_wait is not None else (0.0 if self.admit_s is not None
-                                                                                 else None),
+            "rid": r.rid,
+            "arrival_s": arrival,
+            "admit_s": self.admit_s,
+            "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s,
+            "queue_s": since(self.admit_s),
+            "prefetch_wait_s": prefetch_wait
+            if prefetch_wait is not None
+            else (0.0 if self.admit_s is not None else None),
             "load_wait_s": self.load_wait_s if self.admit_s is not None else None,
-            "ttft_s": since(self.first_token_s), "e2e_s": since(self.finish_s),
-            "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+            "ttft_s": since(self.first_token_s),
+            "e2e_s": since(self.finish_s),
+            "input_tokens": r.input_tokens,
+            "output_tokens": r.output_tokens,
             "prompt_pages": self.prompt_pages or len(r.page_keys),
-            "device_hit_pages": d, "host_hit_pages": h, "storage_hit_pages": s,
-            "device_hit_tokens": td, "host_hit_tokens": th, "storage_hit_tokens": ts,
-            "retractions": self.retractions, "status": self.status, "reason": self.reason,
+            "device_hit_pages": d,
+            "host_hit_pages": h,
+            "storage_hit_pages": s,
+            "device_hit_tokens": td,
+            "host_hit_tokens": th,
+            "storage_hit_tokens": ts,
+            "retractions": self.retractions,
+            "status": self.status,
+            "reason": self.reason,
         }
 
 
@@ -67,8 +80,9 @@ class TimeSeries:
     """Samples on the grid ``k x interval``; each sample is the state just before the first event at
     or after its time, so pool occupancy and utilisation are exact on the grid."""
 
-    def __init__(self, interval_s: float, cache: HiCache, links: dict[str, Link],
-                 queues: Callable[[], tuple[int, int]]) -> None:
+    def __init__(
+        self, interval_s: float, cache: HiCache, links: dict[str, Link], queues: Callable[[], tuple[int, int]]
+    ) -> None:
         self.interval_s = interval_s
         self.cache = cache
         self.links = links
@@ -95,9 +109,16 @@ class TimeSeries:
         c = self.cache
         res = c.residency()
         waiting, running = self.queues()
-        row = {"t_s": t, "device_pages": res["device_pages"], "host_pages": res["host_pages"],
-               "mirror_pages": res["mirror_pages"], "device_used_pages": c.device.used(),
-               "host_used_pages": c.host.used(), "waiting": waiting, "running": running}
+        row = {
+            "t_s": t,
+            "device_pages": res["device_pages"],
+            "host_pages": res["host_pages"],
+            "mirror_pages": res["mirror_pages"],
+            "device_used_pages": c.device.used(),
+            "host_used_pages": c.host.used(),
+            "waiting": waiting,
+            "running": running,
+        }
         span = self._span if self.rows else 0.0
         for name in UTIL_LINKS:
             link = self.links.get(name)

@@ -23,8 +23,12 @@ from ..linkmodel import segments_for
 from .links import Flow, Link
 from .metrics import TransferLog
 
-LINK_OF_KIND = {TransferKind.H2D: "h2d", TransferKind.D2H: "d2h", TransferKind.S2H: "storage_read",
-                TransferKind.H2S: "storage_write"}
+LINK_OF_KIND = {
+    TransferKind.H2D: "h2d",
+    TransferKind.D2H: "d2h",
+    TransferKind.S2H: "storage_read",
+    TransferKind.H2S: "storage_write",
+}
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,16 @@ class LayeredLoad:
 class Transport:
     """Performs the core's transfers on the links; keeps the byte ledger for conservation checks."""
 
-    def __init__(self, env: simpy.Environment, cache: HiCache, links: dict[str, Link], layout: KVLayout,
-                 on_ack: Callable[[Transfer], None], on_progress: Callable[[], None], log: TransferLog) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cache: HiCache,
+        links: dict[str, Link],
+        layout: KVLayout,
+        on_ack: Callable[[Transfer], None],
+        on_progress: Callable[[], None],
+        log: TransferLog,
+    ) -> None:
         self.env = env
         self.cache = cache
         self.links = links
@@ -111,8 +123,15 @@ class Transport:
             load.done.succeed()
 
         # SGLang issues one copy per layer: each pays the per-operation latency (as the replay measures).
-        self.links["h2d"].submit(nbytes, self.layout.segments(pages), finished, milestones=self.layout.num_layers,
-                                 on_milestone=milestone, tag=transfers, launches=self.layout.num_layers)
+        self.links["h2d"].submit(
+            nbytes,
+            self.layout.segments(pages),
+            finished,
+            milestones=self.layout.num_layers,
+            on_milestone=milestone,
+            tag=transfers,
+            launches=self.layout.num_layers,
+        )
         return load
 
     # ----------------------------------------------------------------------------- internals

@@ -54,8 +54,15 @@ class TimedResult:
 class World:
     """Wiring of one timed simulation (see module docstring)."""
 
-    def __init__(self, resolved: Resolved, workload: Workload, *, compute: StepTimeModel | None = None,
-                 check_invariants: bool = False, progress: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        resolved: Resolved,
+        workload: Workload,
+        *,
+        compute: StepTimeModel | None = None,
+        check_invariants: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
         sc = resolved.scenario
         self.resolved = resolved
         self.workload = workload
@@ -68,28 +75,48 @@ class World:
         self.links = {
             "h2d": Link(env, "h2d", resolved.links["h2d"], sharing),
             "d2h": Link(env, "d2h", resolved.links["d2h"], sharing),
-            "storage_read": Link(env, "storage_read",
-                                 storage_params(resolved.storage_read_Bps, resolved.storage_latency_s)),
-            "storage_write": Link(env, "storage_write",
-                                  storage_params(resolved.storage_write_Bps, resolved.storage_latency_s)),
+            "storage_read": Link(
+                env, "storage_read", storage_params(resolved.storage_read_Bps, resolved.storage_latency_s)
+            ),
+            "storage_write": Link(
+                env, "storage_write", storage_params(resolved.storage_write_Bps, resolved.storage_latency_s)
+            ),
         }
         self.log = TransferLog()
         layout = KVLayout(sc.cache.mem_layout, resolved.model.num_layers, resolved.kv_factor)
-        self.transport = Transport(env, cache, self.links, layout, on_ack=lambda t: self.scheduler.on_ack(t),
-                                   on_progress=lambda: self.scheduler.wake(), log=self.log)
+        self.transport = Transport(
+            env,
+            cache,
+            self.links,
+            layout,
+            on_ack=lambda t: self.scheduler.on_ack(t),
+            on_progress=lambda: self.scheduler.wake(),
+            log=self.log,
+        )
         self.compute = compute if compute is not None else ComputeModel.from_resolved(resolved)
         self.policy = SchedulerPolicy.from_scenario(sc)
-        self.scheduler = Scheduler(env, cache, self.compute, self.transport, self.policy,
-                                   storage_latency_s=resolved.storage_latency_s, on_done=self._done,
-                                   check_invariants=check_invariants)
+        self.scheduler = Scheduler(
+            env,
+            cache,
+            self.compute,
+            self.transport,
+            self.policy,
+            storage_latency_s=resolved.storage_latency_s,
+            on_done=self._done,
+            check_invariants=check_invariants,
+        )
         self.index = {r.rid: i for i, r in enumerate(workload.requests)}
         if len(self.index) != len(workload.requests):
             raise SimulationError("request ids are not unique in the workload")
         self.records: list[RequestRecord | None] = [None] * len(workload.requests)
         self.n_done = 0
         self.events = 0
-        self.timeseries = TimeSeries(sc.metrics.timeseries_interval_s, cache, self.links,
-                                     lambda: (self.scheduler.n_waiting, self.scheduler.running))
+        self.timeseries = TimeSeries(
+            sc.metrics.timeseries_interval_s,
+            cache,
+            self.links,
+            lambda: (self.scheduler.n_waiting, self.scheduler.running),
+        )
         self.arrivals = arrivals_for(env, workload, self._deliver)
         env.process(self.scheduler.run())
 
@@ -99,8 +126,14 @@ class World:
         i = self.index[req.rid]
         rec = RequestRecord(req, arrival_s=self.env.now)
         self.records[i] = rec
-        r = SimRequest(req, rec, list(req.page_keys), req.match_limit(self.page, self.policy.reserve_last_token),
-                       i, seq_tokens=req.input_tokens)
+        r = SimRequest(
+            req,
+            rec,
+            list(req.page_keys),
+            req.match_limit(self.page, self.policy.reserve_last_token),
+            i,
+            seq_tokens=req.input_tokens,
+        )
         reason = self._never_fits(req)
         if reason:
             self.scheduler.reject(r, reason)
@@ -112,8 +145,10 @@ class World:
         device_tokens = self.resolved.cache.device_pages * self.page
         out = min(max(1, req.output_tokens), self.policy.clip_max_new_tokens)
         if req.input_tokens + out >= device_tokens:
-            return (f"prompt of {req.input_tokens} tokens + {out} reserved output tokens does not fit the "
-                    f"device pool of {device_tokens} tokens")
+            return (
+                f"prompt of {req.input_tokens} tokens + {out} reserved output tokens does not fit the "
+                f"device pool of {device_tokens} tokens"
+            )
         peak = math.ceil((req.input_tokens + max(1, req.output_tokens) - 1) / self.page)
         pool = self.resolved.cache.device_pages
         if peak > pool:
@@ -153,9 +188,14 @@ class World:
     def pool_usage(self) -> dict[str, int]:
         """Pages in use per pool, and the pages the tree and the running requests account for."""
         c = self.cache
-        return {"device_used": c.device.used(), "device_size": c.device.size, "host_used": c.host.used(),
-                "host_size": c.host.size, "device_in_tree": c.evictable_pages + c.protected_pages,
-                "device_held": len(self.scheduler.held_device_pages())}
+        return {
+            "device_used": c.device.used(),
+            "device_size": c.device.size,
+            "host_used": c.host.used(),
+            "host_size": c.host.size,
+            "device_in_tree": c.evictable_pages + c.protected_pages,
+            "device_held": len(self.scheduler.held_device_pages()),
+        }
 
     # ------------------------------------------------------------------------------- checks
 
@@ -171,9 +211,11 @@ class World:
             problems.append(f"{n - len(recs)} of {n} requests never arrived (closed loop stalled)")
         if finished + rejected != len(recs):
             stuck = [r.req.rid for r in recs if r.status not in ("finished", "rejected")]
-            problems.append(f"{len(recs)} arrived but {finished} finished and {rejected} were rejected; "
-                            f"stuck: {stuck[:5]} (waiting {self.scheduler.n_waiting}, running "
-                            f"{self.scheduler.running})")
+            problems.append(
+                f"{len(recs)} arrived but {finished} finished and {rejected} were rejected; "
+                f"stuck: {stuck[:5]} (waiting {self.scheduler.n_waiting}, running "
+                f"{self.scheduler.running})"
+            )
         no_reason = [r.req.rid for r in recs if r.status == "rejected" and not r.reason]
         if no_reason:
             problems.append(f"rejected without a reason: {no_reason[:5]}")
@@ -226,9 +268,15 @@ class World:
         )
 
 
-def run_timed(resolved: Resolved, workload: Workload, *, check_invariants: bool = False,
-              progress: Callable[[int], None] | None = None, compute: StepTimeModel | None = None,
-              observer: Callable[[World], None] | None = None) -> TimedResult:
+def run_timed(
+    resolved: Resolved,
+    workload: Workload,
+    *,
+    check_invariants: bool = False,
+    progress: Callable[[int], None] | None = None,
+    compute: StepTimeModel | None = None,
+    observer: Callable[[World], None] | None = None,
+) -> TimedResult:
     """Simulate ``workload`` on the resolved scenario in time.
 
     ``check_invariants`` runs the core's ``check`` after every scheduler step (slow; tests).
@@ -236,5 +284,6 @@ def run_timed(resolved: Resolved, workload: Workload, *, check_invariants: bool 
     ``compute`` replaces the preset roofline (e.g. a calibrated model); ``observer(world)`` is
     called after every simulation event (tests sample pool occupancy with it).
     """
-    return World(resolved, workload, compute=compute, check_invariants=check_invariants,
-                 progress=progress).run(observer)
+    return World(resolved, workload, compute=compute, check_invariants=check_invariants, progress=progress).run(
+        observer
+    )

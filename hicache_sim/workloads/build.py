@@ -17,7 +17,7 @@ def trace_path(path: str, base_dir: str | Path | None = None) -> Path:
     """``builtin:NAME`` -> a trace shipped with the package; relative paths resolve against
     ``base_dir`` (the scenario file's folder) when the file is not found from the working directory."""
     if path.startswith("builtin:"):
-        return TRACES_DIR / path[len("builtin:"):]
+        return TRACES_DIR / path[len("builtin:") :]
     p = Path(path)
     if not p.is_absolute() and not p.exists() and base_dir is not None:
         alt = Path(base_dir) / p
@@ -41,8 +41,10 @@ def build_workload(scenario, page_size: int, base_dir: str | Path | None = None)
         else:
             rows = load_azure(path, limit=t.limit, time_scale=t.time_scale)
             # No prefix identity in the Azure trace: every request's pages are its own.
-            reqs = [Request(f"a{i}", ts, inp, out, stream_keys(hash((seed, 9, i)), inp, page_size, partial))
-                    for i, (ts, inp, out) in enumerate(rows)]
+            reqs = [
+                Request(f"a{i}", ts, inp, out, stream_keys(hash((seed, 9, i)), inp, page_size, partial))
+                for i, (ts, inp, out) in enumerate(rows)
+            ]
         if not reqs:
             raise WorkloadError(str(path), None, "trace has no requests")
         return Workload(reqs)

@@ -42,8 +42,9 @@ class Request:
         return min(n, max(0, (self.input_tokens - 1) // page_size))
 
 
-def expand_blocks(hash_ids: list[int], input_tokens: int, block_size: int, page_size: int,
-                  partial_pages: str) -> tuple[int, ...]:
+def expand_blocks(
+    hash_ids: list[int], input_tokens: int, block_size: int, page_size: int, partial_pages: str
+) -> tuple[int, ...]:
     """Page keys for a request given as ``block_size``-token blocks (Mooncake, Bailian).
 
     A block becomes ``block_size // page_size`` pages keyed ``id * per_block + j`` (distinct ints,

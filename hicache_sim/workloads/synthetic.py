@@ -90,10 +90,26 @@ def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workloa
             out = int(o_lens[c, r])
             t += float(gaps[k])
             k += 1
-            reqs.append(Request(f"c{c}r{r}", t, inp, out, stream_keys(stream, inp, page_size, partial),
-                                session=f"c{c}", turn=r, finish_keys=_finish_keys(stream, inp + out, page_size)))
-    return Workload(reqs, closed_loop=True, max_parallel=spec.max_parallel, round_barrier=spec.round_barrier,
-                    rate=spec.request_rate, distribution=spec.distribution)
+            reqs.append(
+                Request(
+                    f"c{c}r{r}",
+                    t,
+                    inp,
+                    out,
+                    stream_keys(stream, inp, page_size, partial),
+                    session=f"c{c}",
+                    turn=r,
+                    finish_keys=_finish_keys(stream, inp + out, page_size),
+                )
+            )
+    return Workload(
+        reqs,
+        closed_loop=True,
+        max_parallel=spec.max_parallel,
+        round_barrier=spec.round_barrier,
+        rate=spec.request_rate,
+        distribution=spec.distribution,
+    )
 
 
 def shared_prefix(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
@@ -136,8 +152,9 @@ def long_context(spec, page_size: int, seed: int, partial: str = "keep") -> Work
     return Workload(reqs)
 
 
-def poisson_synthetic(spec, page_size: int, seed: int, partial: str = "keep",
-                      arrivals_lengths: list[tuple[float, int, int]] | None = None) -> Workload:
+def poisson_synthetic(
+    spec, page_size: int, seed: int, partial: str = "keep", arrivals_lengths: list[tuple[float, int, int]] | None = None
+) -> Workload:
     """Poisson arrivals; each prompt starts with one of ``num_prefixes`` shared prefixes covering
     ``shared_fraction`` of it. With ``arrivals_lengths`` (Azure rows) times and lengths come from it."""
     rng = _rng(seed, "arrivals")

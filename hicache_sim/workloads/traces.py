@@ -31,8 +31,12 @@ def _hash_ids(obj: dict, path: str, line: int) -> list[int]:
 
 def _check_page_size(path: str, block_size: int, page_size: int) -> None:
     if page_size > block_size or block_size % page_size:
-        raise WorkloadError(path, None, f"page_size {page_size} must divide the trace's {block_size}-token "
-                                        "blocks (a page larger than a block cannot be formed)")
+        raise WorkloadError(
+            path,
+            None,
+            f"page_size {page_size} must divide the trace's {block_size}-token "
+            "blocks (a page larger than a block cannot be formed)",
+        )
 
 
 def _utf8_lines(path: str, f):
@@ -65,8 +69,15 @@ def _read_jsonl(path: str, limit: int | None):
                 return
 
 
-def load_mooncake(path: str | Path, page_size: int, *, partial_pages: str = "keep", limit: int | None = None,
-                  time_scale: float = 1.0, block_size: int = MOONCAKE_BLOCK_TOKENS) -> list[Request]:
+def load_mooncake(
+    path: str | Path,
+    page_size: int,
+    *,
+    partial_pages: str = "keep",
+    limit: int | None = None,
+    time_scale: float = 1.0,
+    block_size: int = MOONCAKE_BLOCK_TOKENS,
+) -> list[Request]:
     """Mooncake FAST'25 trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``.
 
     Returns requests in timestamp order (file order on ties). ``time_scale`` multiplies arrival times.
@@ -80,16 +91,27 @@ def load_mooncake(path: str | Path, page_size: int, *, partial_pages: str = "kee
         outp = _int_field(obj, "output_length", path, lineno)
         ids = _hash_ids(obj, path, lineno)
         if len(ids) != -(-inp // block_size):
-            raise WorkloadError(path, lineno, f"{len(ids)} hash_ids for input_length {inp}: expected "
-                                              f"ceil({inp}/{block_size}) = {-(-inp // block_size)}")
+            raise WorkloadError(
+                path,
+                lineno,
+                f"{len(ids)} hash_ids for input_length {inp}: expected "
+                f"ceil({inp}/{block_size}) = {-(-inp // block_size)}",
+            )
         keys = expand_blocks(ids, inp, block_size, page_size, partial_pages)
         out.append(Request(f"r{lineno}", ts / 1000.0 * time_scale, inp, outp, keys))
     out.sort(key=lambda r: r.arrival_s)
     return out
 
 
-def load_bailian(path: str | Path, page_size: int, *, partial_pages: str = "keep", limit: int | None = None,
-                 time_scale: float = 1.0, block_size: int = BAILIAN_BLOCK_TOKENS) -> list[Request]:
+def load_bailian(
+    path: str | Path,
+    page_size: int,
+    *,
+    partial_pages: str = "keep",
+    limit: int | None = None,
+    time_scale: float = 1.0,
+    block_size: int = BAILIAN_BLOCK_TOKENS,
+) -> list[Request]:
     """Alibaba Qwen-Bailian trace: ``chat_id``, ``parent_chat_id`` (-1 for a root), ``timestamp`` (s),
     ``input_length``, ``output_length``, ``turn``, ``hash_ids`` (16-token salted blocks)."""
     path = str(path)
@@ -139,15 +161,15 @@ def load_azure(path: str | Path, *, limit: int | None = None, time_scale: float 
             try:
                 t = datetime.strptime(row[0][:26], AZURE_TIME_FORMAT).timestamp()
             except ValueError:
-                raise WorkloadError(path, lineno, f"TIMESTAMP {row[0]!r} is not 'YYYY-MM-DD HH:MM:SS.ffffff'")\
-                    from None
+                raise WorkloadError(path, lineno, f"TIMESTAMP {row[0]!r} is not 'YYYY-MM-DD HH:MM:SS.ffffff'") from None
             try:
                 ctx, gen = int(row[1]), int(row[2])
             except ValueError:
                 raise WorkloadError(path, lineno, "ContextTokens and GeneratedTokens must be integers") from None
             if ctx < 1 or gen < 0:
-                raise WorkloadError(path, lineno, f"ContextTokens must be >= 1 and GeneratedTokens >= 0, "
-                                                  f"got {ctx}, {gen}")
+                raise WorkloadError(
+                    path, lineno, f"ContextTokens must be >= 1 and GeneratedTokens >= 0, got {ctx}, {gen}"
+                )
             t0 = t if t0 is None else t0
             rows.append(((t - t0) * time_scale, ctx, gen))
             if limit is not None and len(rows) >= limit:
