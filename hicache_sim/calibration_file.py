@@ -46,6 +46,16 @@ class Calibration:
         Path(path).write_text(yaml.safe_dump(self.to_data(), sort_keys=False), encoding="utf-8")
 
 
+def is_calibration_file(path: Path) -> bool:
+    """Whether ``path`` is a calibration file hicache-sim wrote (its ``kind`` says so): the only kind of
+    existing file ``calibrate --out`` may replace."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == CALIBRATION_KIND
+
+
 def load_calibration(path: str | Path) -> Calibration:
     """Read and validate a calibration file; CalibrationError names the file and field."""
     p = Path(path)

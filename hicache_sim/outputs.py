@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 MARKER = ".hicache-sim.json"
@@ -48,10 +48,13 @@ def read_marker(folder: Path) -> dict | None:
     return data if isinstance(data, dict) and data.get("written_by") == "hicache-sim" else None
 
 
-def write_marker(folder: Path, kind: str) -> None:
-    """Mark ``folder`` as hicache-sim's own (kind: run, sweep, ...). No versions: tracked copies stay stable."""
-    text = json.dumps({"written_by": "hicache-sim", "kind": kind}, sort_keys=True) + "\n"
-    (folder / MARKER).write_text(text, encoding="utf-8")
+def write_marker(folder: Path, kind: str, files: Iterable[str] = ()) -> None:
+    """Mark ``folder`` as hicache-sim's own (kind: run, sweep, files). A ``files`` folder also lists the
+    files hicache-sim put there (the only ones it may replace). No versions: tracked copies stay stable."""
+    data: dict = {"written_by": "hicache-sim", "kind": kind}
+    if files:
+        data["files"] = sorted(set(files))
+    (folder / MARKER).write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
     apply_umask(folder / MARKER, directory=False)
 
 
@@ -81,13 +84,7 @@ def check_target(path: str | Path, kind: str, *, flag: str = "--out") -> Path:
     absolute path to write.
     """
     shown = str(path)
-    target = Path(os.path.abspath(path))
-    real = Path(os.path.realpath(target))
-    cwd = Path(os.path.realpath(Path.cwd()))
-    if real == cwd or real in cwd.parents:
-        raise OutputError(f"{flag} {shown}: is the current folder or one of its parents; name a new folder")
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise OutputError(f"{flag} {shown}: exists and is not a folder; name a new folder")
+    target = _folder_target(path, flag)
     if target.is_dir():
         entries = [e for e in os.listdir(target) if not e.startswith(_TMP_TAG)]
         if entries:
@@ -106,10 +103,76 @@ def check_target(path: str | Path, kind: str, *, flag: str = "--out") -> Path:
         if target.parent != target:
             _probe_writable(target.parent, flag, shown)
         return target
+    _probe_new(target, flag, shown)
+    return target
+
+
+def _folder_target(path: str | Path, flag: str) -> Path:
+    """The absolute folder ``path`` names; refused when it is the current folder (or a parent), a
+    symlink, or an existing path that is not a folder."""
+    target = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(target))
+    cwd = Path(os.path.realpath(Path.cwd()))
+    if real == cwd or real in cwd.parents:
+        raise OutputError(f"{flag} {path}: is the current folder or one of its parents; name a new folder")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise OutputError(f"{flag} {path}: exists and is not a folder; name a new folder")
+    return target
+
+
+def _probe_new(target: Path, flag: str, shown: str) -> None:
+    """A path that does not exist yet: its nearest existing parent must be a writable folder."""
     parent = _nearest_existing(target.parent)
     if not parent.is_dir():
         raise OutputError(f"{flag} {shown}: {parent} is not a folder")
     _probe_writable(parent, flag, shown)
+
+
+def check_files_target(path: str | Path, names: Iterable[str], *, flag: str = "--out") -> Path:
+    """Check, before any work, that hicache-sim may put the files ``names`` into the folder ``path``
+    (replay, validate-model: verbs that add files to a folder others share, such as a calibration
+    folder). The folder may hold anything else; a file of the same name is replaced only when the
+    folder's marker lists it as hicache-sim's. Returns the absolute folder; seal it afterwards with
+    :func:`mark_files`."""
+    shown = str(path)
+    target = _folder_target(path, flag)
+    if not target.is_dir():
+        _probe_new(target, flag, shown)
+        return target
+    marker = read_marker(target)
+    ours = set(marker.get("files", [])) if marker and marker.get("kind") == "files" else set()
+    if marker is not None and marker.get("kind") != "files":
+        raise OutputError(f"{flag} {shown}: holds a hicache-sim {marker.get('kind')} folder; name another folder")
+    clash = sorted(n for n in names if (target / n).exists() and n not in ours)
+    if clash:
+        raise OutputError(
+            f"{flag} {shown}: {clash[0]} exists and hicache-sim did not write it; name a new or empty folder"
+        )
+    _probe_writable(target, flag, shown)
+    return target
+
+
+def mark_files(folder: Path, names: Iterable[str]) -> None:
+    """Record ``names`` in ``folder``'s marker as files hicache-sim wrote (kept with earlier ones)."""
+    marker = read_marker(folder)
+    earlier = marker.get("files", []) if marker and marker.get("kind") == "files" else []
+    write_marker(folder, "files", [*earlier, *names])
+
+
+def check_file_target(path: str | Path, is_ours: Callable[[Path], bool], *, flag: str = "--out") -> Path:
+    """Check, before any work, that hicache-sim may write the single file ``path``: a new file in a
+    writable folder, or an existing file ``is_ours`` recognises as one hicache-sim wrote."""
+    shown = str(path)
+    target = Path(os.path.abspath(path))
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        kind = "a folder" if target.is_dir() else "not a regular file"
+        raise OutputError(f"{flag} {shown}: is {kind}; give a new file name")
+    if target.exists():
+        if not is_ours(target):
+            raise OutputError(f"{flag} {shown}: exists and hicache-sim did not write it; give a new file name")
+        _probe_writable(target.parent, flag, shown)
+    else:
+        _probe_new(target, flag, shown)
     return target
 
 

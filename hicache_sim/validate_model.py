@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .calibrate import ape_stats, predict, scatter_figure
-from .outputs import atomic_write
+from .outputs import atomic_write, mark_files
 from .scenario import Resolved, Scenario, build_scenario
 from .scenario import ScenarioError as _ScenarioError
 
@@ -307,8 +307,13 @@ def validate_model(sc: Scenario, *, base_dir: str | Path | None = None, **kw) ->
     return validate_run(simulate_log(sc, base_dir=base_dir), **kw)
 
 
+#: What write_validation puts into its folder.
+VALIDATION_FILES = ("validation.parquet", "validation.md", "predicted_vs_measured.png", "validation.json")
+
+
 def write_validation(v: Validation, out_dir: str | Path) -> list[Path]:
-    """validation.parquet (per transfer), validation.md (error table), predicted_vs_measured.png."""
+    """validation.parquet (per transfer), validation.md (error table), predicted_vs_measured.png,
+    validation.json; the folder's marker lists them as hicache-sim's."""
     out_dir = Path(out_dir)
     sc = v.resolved.scenario
     cal = sc.hardware.calibration or "none (link presets)"
@@ -357,6 +362,7 @@ def write_validation(v: Validation, out_dir: str | Path) -> list[Path]:
             out_dir / "validation.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         )
     )
+    mark_files(out_dir, VALIDATION_FILES)
     return written
 
 

@@ -214,6 +214,101 @@ def test_out_in_read_only_folder(tmp_path):
     assert_user_error(invoke("run", sc, "--out", ro / "out"), "cannot write")
 
 
+# ------------------------------------------------- --out of the verbs that add files to a folder
+
+
+def _with_same_name(t: Path, name: str) -> Path:
+    mine = _user_folder(t)
+    (mine / name).write_text("my own file\n")
+    return mine
+
+
+FILES_OUT_CASES = [
+    pytest.param(
+        lambda t, _: (t / "file.txt").write_text("keep") and t / "file.txt",
+        ["file.txt", "not a folder"],
+        id="existing-file",
+    ),
+    pytest.param(
+        lambda t, _: Path("/proc/hicache-sim-out"), ["/proc/hicache-sim-out", "cannot write"], id="unwritable"
+    ),
+    pytest.param(
+        lambda t, name: _with_same_name(t, name), ["--out", "mine", "did not write it"], id="user-file-of-same-name"
+    ),
+]
+FILES_VERBS = {"replay": "measurements.parquet", "validate-model": "validation.md"}
+
+
+@pytest.mark.parametrize(("make", "fragments"), FILES_OUT_CASES)
+@pytest.mark.parametrize("verb", list(FILES_VERBS))
+def test_bad_out_of_replay_and_validate_model(tmp_path, verb, make, fragments):
+    """Refused before anything is simulated or copied; a user's file of the same name is never replaced."""
+    sc = write_scenario(tmp_path, TINY)
+    target = make(tmp_path, FILES_VERBS[verb])
+    before = snapshot(tmp_path)
+    assert_user_error(invoke(verb, sc, "--device", "cpu", "--limit", 1, "--out", target), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_replay_into_a_run_folder_is_refused(tmp_path):
+    sc = write_scenario(tmp_path, TINY)
+    assert invoke("run", sc, "--out", tmp_path / "r").exit_code == 0
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("replay", sc, "--limit", 1, "--out", tmp_path / "r"), "hicache-sim run folder")
+    assert snapshot(tmp_path) == before
+
+
+def _measurements(t: Path) -> Path:
+    from test_calibrate_cli import write_measurements
+
+    return write_measurements(t / "m.csv")
+
+
+CALIBRATE_OUT_CASES = [
+    pytest.param(lambda t: (t / "f.txt").write_text("keep") and t / "f.txt", ["f.txt", "did not write it"], id="file"),
+    pytest.param(lambda t: Path("/proc/x.yaml"), ["/proc/x.yaml", "cannot write"], id="unwritable"),
+    pytest.param(
+        lambda t: (t / "c_errors.md").write_text("my notes") and t / "c.yaml",
+        ["c_errors.md", "did not write it"],
+        id="report-name-taken",
+    ),
+    pytest.param(lambda t: t, ["is a folder"], id="folder"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), CALIBRATE_OUT_CASES)
+def test_bad_out_of_calibrate(tmp_path, make, fragments):
+    m = _measurements(tmp_path)
+    target = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("calibrate", m, "--out", target), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_calibrate_replaces_its_own_file(tmp_path):
+    m = _measurements(tmp_path)
+    assert invoke("calibrate", m, "--out", tmp_path / "c.yaml").exit_code == 0
+    r = invoke("calibrate", m, "--out", tmp_path / "c.yaml", "--seed", 1)
+    assert r.exit_code == 0, r.output
+    assert "--seed 1" in (tmp_path / "c.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["replay", "--device", "tpu"], ["--device", "tpu"]),
+        (["replay", "--h2d", "sideways"], ["--h2d 'sideways'", "per_layer or whole"]),
+        (["plot", "nowhere"], ["nowhere"]),
+    ],
+    ids=["bad-device", "bad-h2d", "plot-missing-folder"],
+)
+def test_bad_flags_of_other_verbs(tmp_path, args, fragments):
+    sc = write_scenario(tmp_path, TINY)
+    verb, *rest = args
+    full = [verb, sc, *rest, "--out", tmp_path / "o"] if verb == "replay" else [verb, tmp_path / rest[0]]
+    assert_user_error(invoke(*full), *fragments)
+
+
 # --------------------------------------------------------------------------- sweeps
 
 

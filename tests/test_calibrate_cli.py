@@ -28,6 +28,11 @@ SCENARIO = {
 
 @pytest.fixture
 def measurements_csv(tmp_path) -> Path:
+    return write_measurements(tmp_path / "m.csv")
+
+
+def write_measurements(path: Path) -> Path:
+    """A CSV of synthetic kernel H2D and D2H measurements with 2 % noise: enough to fit every group."""
     import pandas as pd
 
     df = pd.concat(
@@ -37,7 +42,6 @@ def measurements_csv(tmp_path) -> Path:
         ],
         ignore_index=True,
     )
-    path = tmp_path / "m.csv"
     df.to_csv(path, index=False)
     return path
 

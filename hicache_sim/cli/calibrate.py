@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from ..calibrate import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
-from ..outputs import atomic_write
+from ..calibration_file import is_calibration_file
+from ..outputs import atomic_write, check_file_target
 from . import app
 from .common import UserError, user_errors
 
@@ -31,19 +32,25 @@ def calibrate_cmd(
     with user_errors(str(measurements)):
         if not 0 <= holdout < 1:
             raise UserError(f"--holdout {holdout}: expected a share in [0, 1)")
-        if out.exists() and out.is_dir():
+        if out.is_dir():
             raise UserError(f"--out {out}: is a folder; give a file name such as {out / 'calibration.yaml'}")
+        replacing = out.is_file() and is_calibration_file(out)
+        check_file_target(out, is_calibration_file)
+        stem = out.with_suffix("")
+        reports = [Path(f"{stem}_errors.md"), Path(f"{stem}_holdout.png")] if report else []
+        for path in reports:
+            # A report beside a calibration file hicache-sim wrote is its own; beside a new one, never replace.
+            check_file_target(path, lambda _p: replacing)
         df = read_measurements(measurements)
         source = f"hicache-sim calibrate {measurements.name} --holdout {holdout} --seed {seed}: {len(df)} measurements"
         result = calibrate(df, holdout=holdout, seed=seed, source=source)
-    stem = out.with_suffix("")
     atomic_write(out, result.calibration.save)
     written = [out]
     if report:
         md = error_table_markdown(result, title=f"Link-model calibration: {out.name}")
-        written.append(atomic_write(Path(f"{stem}_errors.md"), lambda p: p.write_text(md, encoding="utf-8")))
+        written.append(atomic_write(reports[0], lambda p: p.write_text(md, encoding="utf-8")))
         if (result.rows["split"] == "holdout").any():
-            png = Path(f"{stem}_holdout.png")
+            png = reports[1]
             title = (
                 f"{measurements.name}: held-out configurations (median of repeats), "
                 f"{result.calibration.device or 'unknown device'}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from ..outputs import atomic_write
+from ..outputs import atomic_write, check_files_target, mark_files
 from ..scenario import load_scenario, resolve, resolve_builtin
 from ..validate_model import (
     TransferLogError,
@@ -28,6 +28,9 @@ from . import app
 from .common import UserError, progress_bar, user_errors
 
 LOG_SUFFIXES = (".parquet", ".jsonl")
+#: What replay writes into its folder (a transfer log's) and with --sweep (the calibration sweep's).
+LOG_FILES = ("measurements.parquet", "replay.json")
+SWEEP_FILES = ("measurements.parquet", "sweep.json")
 
 
 def load_replay():
@@ -135,6 +138,7 @@ def _scenario_for(source: str, scenario_opt: str | None, set_: list[str]):
 
 def _replay_log(source, scenario_opt, set_, device, out, limit, per_layer, max_pool_bytes, threads, repeats) -> None:
     sc, log = _scenario_for(source, scenario_opt, set_)
+    folder = check_files_target(out or Path("results") / "replay" / sc.name, LOG_FILES)
     r = resolve(sc)
     if log is None:  # a scenario: its instant-mode log
         res = simulate_log(
@@ -143,7 +147,6 @@ def _replay_log(source, scenario_opt, set_, device, out, limit, per_layer, max_p
         log, r = res.transfers, res.resolved
     records = log.to_dict("records")
     n = count_replayed(log, limit, repeats)
-    folder = out or Path("results") / "replay" / sc.name
     typer.echo(volume_line(sc.name, *replay_volume(log, limit), repeats, limit), err=True)
     t0 = time.perf_counter()
     with progress_bar(n, f"replay {sc.name}") as bar:
@@ -181,6 +184,7 @@ def _replay_log(source, scenario_opt, set_, device, out, limit, per_layer, max_p
     atomic_write(folder / "replay.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8"))
     gb = meta["bytes"] / 1e9
     checked = "passed" if run.integrity.get("passed") else "not run"
+    mark_files(folder, LOG_FILES)
     typer.echo(
         f"{sc.name}: {meta['transfers']} transfers ({gb:.3f} GB) on {run.device} in "
         f"{meta['measured_s']:.3f} s measured (mean of {repeats} passes); integrity {checked}; "
@@ -212,7 +216,7 @@ def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, thread
     if limit is not None:
         cfg = cfg.limited(limit)
     dev = rp.pick_device(device)
-    folder = out or Path("results") / "calibration" / dev.type
+    folder = check_files_target(out or Path("results") / "calibration" / dev.type, SWEEP_FILES)
     t0 = time.perf_counter()
     with progress_bar(cfg.size(), f"sweep on {dev.type}") as bar:
         df = rp.run_sweep(cfg, dev, progress=bar.advance)
@@ -241,5 +245,6 @@ def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, thread
         "cpu_threads": threads,
     }
     atomic_write(folder / "sweep.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8"))
+    mark_files(folder, SWEEP_FILES)
     typer.echo(f"sweep: {len(df)} measurements on {dev.type} in {elapsed:.1f} s")
     typer.echo(f"wrote {folder / 'measurements.parquet'}")

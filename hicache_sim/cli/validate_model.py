@@ -6,11 +6,19 @@ from pathlib import Path
 
 import typer
 
+from ..outputs import check_files_target
 from ..scenario import load_scenario, resolve_builtin
-from ..validate_model import count_replayed, simulate_log, validate_run, write_validation
+from ..validate_model import (
+    VALIDATION_FILES,
+    count_replayed,
+    replay_volume,
+    simulate_log,
+    validate_run,
+    write_validation,
+)
 from . import app
 from .common import UserError, progress_bar, user_errors
-from .replay import load_replay, mib, replay_errors
+from .replay import load_replay, mib, replay_errors, volume_line
 
 
 @app.command("validate-model")
@@ -36,8 +44,9 @@ def validate_model_cmd(
     rp = load_replay()
     with replay_errors(scenario, rp):
         sc = load_scenario(scenario, set_)
-        folder = out or Path("results") / "validate-model" / sc.name
+        folder = check_files_target(out or Path("results") / "validate-model" / sc.name, VALIDATION_FILES)
         run = simulate_log(sc, base_dir=resolve_builtin(scenario, "scenarios").parent)
+        typer.echo(volume_line(sc.name, *replay_volume(run.transfers, limit), repeats, limit), err=True)
         with progress_bar(count_replayed(run.transfers, limit, repeats), f"validate-model {sc.name}") as bar:
             v = validate_run(
                 run,
