@@ -1,5 +1,6 @@
 """The standard figures: pool residency (D, H, D+H) over time, hit rate per tier over the run, link
-utilisation over time, and for sweeps hit rate per tier and TTFT vs host/device ratio."""
+utilisation over time, and for sweeps hit rate per tier and TTFT vs the swept key (the host/device
+ratio when the host size is swept)."""
 
 from __future__ import annotations
 
@@ -119,17 +120,68 @@ def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.Dat
     return written
 
 
-def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
-    """Hit rate per tier vs host/device ratio (a line per write policy x host-eviction rule), and
-    TTFT p50/p99 vs ratio for timed sweeps. Returns the files written."""
-    written = []
-    if "host_to_device_ratio" not in table or table.empty:
+#: Swept keys that size the host pool: a sweep over any of them is drawn against the resolved ratio.
+HOST_SIZE_KEYS = ("cache.host_ratio", "cache.host_size_gb", "cache.host_tokens")
+#: Swept keys assumed by folders written before the grid was recorded in sweep.json.
+LEGACY_SWEEP_KEYS = ("cache.write_policy", "cache.host_eviction", "cache.host_memory_mode", "cache.host_ratio")
+
+
+def sweep_axes(table: pd.DataFrame, keys: list[str]) -> tuple[str, str, list[str]]:
+    """(x column, x label, grouping columns) of a sweep's figures: the host/device ratio when the host
+    size is swept, else the first numeric swept key (else the first swept key); every other swept key
+    that varies draws its own line."""
+    varying = [k for k in keys if k in table and table[k].nunique() > 1]
+    if "host_to_device_ratio" in table and any(k in HOST_SIZE_KEYS for k in varying):
+        return "host_to_device_ratio", "host / device ratio", [k for k in varying if k not in HOST_SIZE_KEYS]
+    numeric = [k for k in varying if _is_number(table[k])]
+    x = (numeric or varying or ["host_to_device_ratio"])[0]
+    return x, x, [k for k in varying if k != x]
+
+
+def _is_number(col: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+
+def _x_positions(table: pd.DataFrame, x: str):
+    """Plot positions of the x column and a function that styles an axis for it: log2 for a positive
+    numeric key spanning a factor of 4 or more, linear for other numbers, evenly spaced categories."""
+    col = table[x]
+    if _is_number(col):
+        values = col.astype(float)
+        log = bool((values > 0).all() and values.max() >= 4 * values.min())
+
+        ticks = sorted(values.unique())
+
+        def style(ax) -> None:
+            if log:
+                ax.set_xscale("log", base=2)
+            if len(ticks) <= 10:  # label the swept values themselves, not powers of two
+                ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
+                ax.minorticks_off()
+
+        return values, style
+    cats = sorted(col.astype(str).unique())
+    pos = col.astype(str).map({c: i for i, c in enumerate(cats)}).astype(float)
+
+    def style(ax) -> None:
+        ax.set_xticks(range(len(cats)), cats, rotation=20, fontsize=8)
+
+    return pos, style
+
+
+def sweep_figures(table: pd.DataFrame, folder: Path, name: str, keys: list[str] | None = None) -> list[Path]:
+    """Hit rate per tier vs the swept key (a line per value of the other swept keys), and TTFT p50/p99
+    vs the same key for timed sweeps. ``keys``: the swept keys (None: a folder from before they were
+    recorded). Returns the files written."""
+    written: list[Path] = []
+    if table.empty:
         return written
-    group_cols = [
-        c
-        for c in ("cache.write_policy", "cache.host_eviction", "cache.host_memory_mode")
-        if c in table and table[c].nunique() > 1
-    ]
+    x, xlabel, group_cols = sweep_axes(table, list(keys) if keys is not None else list(LEGACY_SWEEP_KEYS))
+    if x not in table:
+        return written
+    xs, style_x = _x_positions(table, x)
+    table = table.assign(_x=xs)
+    stem = "ratio" if x == "host_to_device_ratio" else x.split(".")[-1]
     groups = list(table.groupby(group_cols, sort=True)) if group_cols else [((), table)]
     # Colour by the last grouping key, line style and marker by the first: coinciding lines stay visible.
     first_vals = sorted(table[group_cols[0]].unique()) if len(group_cols) > 1 else [None]
@@ -139,13 +191,13 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), sharey=True)
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
-        g = g.sort_values("host_to_device_ratio")
+        g = g.sort_values("_x")
         label = " / ".join(map(str, key)) or "run"
         i = first_vals.index(key[0]) if len(group_cols) > 1 else 0
         j = last_vals.index(key[-1]) if group_cols else 0
         for ax, col in zip(axes, ("hit_rate.device", "hit_rate.host", "hit_rate.total")):
             ax.plot(
-                g["host_to_device_ratio"],
+                g["_x"],
                 g[col],
                 marker=markers[i % 4],
                 linestyle=styles[i % 4],
@@ -155,8 +207,8 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
                 label=label,
             )
     for ax, col in zip(axes, ("L1 (device)", "L2 (host)", "total (L1+L2+L3)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("host / device ratio")
+        style_x(ax)
+        ax.set_xlabel(xlabel)
         ax.set_title(col)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("token hit rate")
@@ -169,33 +221,28 @@ def sweep_figures(table: pd.DataFrame, folder: Path, title: str) -> list[Path]:
         fontsize=8,
         title=" / ".join(c.split(".")[-1] for c in group_cols) or None,
     )
-    fig.suptitle(title)
+    fig.suptitle(f"{name}: hit rate per tier vs {xlabel}")
     fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + 2) // 3), 1, 1))
-    p = folder / "hit_rate_vs_ratio.png"
+    p = folder / f"hit_rate_vs_{stem}.png"
     fig.savefig(p, dpi=110, metadata={"Software": None})
     plt.close(fig)
     written.append(p)
     if "ttft_s.p50" in table and table["ttft_s.p50"].notna().any():
         fig, ax = plt.subplots(figsize=(7, 3.8))
         for key, g in groups:
-            g = g.sort_values("host_to_device_ratio")
+            g = g.sort_values("_x")
             label = " / ".join(map(str, key if isinstance(key, tuple) else (key,))) or "run"
-            line = ax.plot(g["host_to_device_ratio"], g["ttft_s.p50"], marker="o", label=f"{label} p50")
+            line = ax.plot(g["_x"], g["ttft_s.p50"], marker="o", label=f"{label} p50")
             ax.plot(
-                g["host_to_device_ratio"],
-                g["ttft_s.p99"],
-                marker="x",
-                linestyle="--",
-                color=line[0].get_color(),
-                label=f"{label} p99",
+                g["_x"], g["ttft_s.p99"], marker="x", linestyle="--", color=line[0].get_color(), label=f"{label} p99"
             )
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("host / device ratio")
+        style_x(ax)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("TTFT (s)")
-        ax.set_title(f"{title.split(':')[0]}: TTFT p50 and p99 vs host/device ratio")
+        ax.set_title(f"{name}: TTFT p50 and p99 vs {xlabel}")
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=7)
-        p = folder / "ttft_vs_ratio.png"
+        p = folder / f"ttft_vs_{stem}.png"
         _save(fig, p)
         written.append(p)
     return written

@@ -1,5 +1,5 @@
 """summary.json: hit rates per tier (token- and page-weighted over a stated window), latency
-percentiles, throughput, link load and every counter. Metrics follow SGLang's definitions where one
+percentiles, throughput, link load and every counter, with ``scopes`` saying what each figure covers. Metrics follow SGLang's definitions where one
 exists: hit rate = cached prompt tokens / prompt tokens, as bench_multiturn prints it."""
 
 from __future__ import annotations
@@ -11,6 +11,28 @@ import numpy as np
 import pandas as pd
 
 TIERS = ("device", "host", "storage")
+
+#: What each top-level figure of summary.json covers: the measured window (requests after the warm-up
+#: share, in arrival order), the whole run (every request, warm-up included), or the state at its end.
+SCOPES = {
+    "requests": "whole run: every request, warm-up included",
+    "requests_finished": "whole run",
+    "requests_rejected": "whole run",
+    "window": "the measured window and its prompt totals (the denominators of the hit rates)",
+    "hit_rate": "window: finished requests, token-weighted",
+    "page_hit_rate": "window: finished requests, page-weighted",
+    "counters": "whole run: cache operations from the first request to the last, warm-up included",
+    "residency": "end of run: pages resident when the last request finished",
+    "sizes": "configuration",
+    "ttft_s": "window: finished requests",
+    "e2e_s": "window: finished requests",
+    "queue_s": "window: finished requests",
+    "load_wait_s": "window: finished requests",
+    "prefetch_wait_s": "window: finished requests",
+    "throughput": "window: finished requests, from the first arrival to the last finish among them",
+    "sim_time_s": "whole run: simulated seconds",
+    "links": "whole run: busy time and bytes per link",
+}
 
 
 def window_of(n_requests: int, warmup_fraction: float) -> dict:
@@ -65,9 +87,11 @@ def build_summary(
         "requests": len(requests),
         "requests_finished": int((requests["status"] == "finished").sum()),
         "requests_rejected": int((requests["status"] == "rejected").sum()),
-        "prompt_tokens": int(measured["prompt_tokens"].sum()),
-        "prompt_pages": int(measured["prompt_pages"].sum()),
-        "window": win,
+        "window": {
+            **win,
+            "prompt_tokens": int(measured["prompt_tokens"].sum()),
+            "prompt_pages": int(measured["prompt_pages"].sum()),
+        },
         "hit_rate": _rates(finished, "tokens"),
         "page_hit_rate": _rates(finished, "pages"),
         "counters": counters,
@@ -94,4 +118,5 @@ def build_summary(
         }
         summary["sim_time_s"] = span
         summary["links"] = timed["links"]
+    summary["scopes"] = {key: SCOPES[key] for key in summary if key != "mode"}  # every figure is labelled
     return summary

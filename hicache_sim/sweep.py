@@ -60,7 +60,7 @@ def run_point(base: dict, source: str, overrides: list[str], base_dir: str | Non
     data.pop("sweep", None)
     sc = build_scenario(data, source, overrides)
     out = simulate(sc, base_dir=base_dir)
-    row = flatten(out.summary)
+    row = flatten({k: v for k, v in out.summary.items() if k != "scopes"})  # scopes: see summary.SCOPES
     row["host_to_device_ratio"] = out.summary["sizes"]["host_to_device_ratio"]
     return row
 
@@ -78,6 +78,7 @@ class SweepResult:
     ran: int
     skipped: int
     folder: Path
+    keys: list[str]  # the swept keys, in grid order
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ def run_sweep(
                 f.unlink()
         points_dir.mkdir(exist_ok=True)
         apply_umask(points_dir, directory=True)
-        manifest = {"source": source, "set": set_args, "base_scenario": base_record}
+        manifest = {"source": source, "set": set_args, "base_scenario": base_record, "grid": base.get("sweep") or {}}
         write_text_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n")
         todo = [p for p in planned if not _done(points_dir, p)]
         skipped = len(planned) - len(todo)
@@ -226,7 +227,16 @@ def run_sweep(
 
     write_parquet(table, out_dir / "sweep.parquet")
     write_text_atomic(out_dir / "sweep.csv", table.to_csv(index=False))
-    return SweepResult(table, len(todo), skipped, out_dir)
+    return SweepResult(table, len(todo), skipped, out_dir, list(base.get("sweep") or {}))
+
+
+def swept_keys(folder: Path) -> list[str] | None:
+    """The swept keys a sweep folder's manifest records (None: a folder from before they were)."""
+    try:
+        grid_ = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("grid")
+    except (OSError, ValueError):
+        return None
+    return list(grid_) if isinstance(grid_, dict) else None
 
 
 def _done(points_dir: Path, p: PlannedPoint) -> bool:

@@ -54,7 +54,11 @@ def test_run_writes_every_output(tmp_path):
     # Token hit rate recomputed from the per-request table over the stated window.
     w = req.iloc[40:]
     assert s["hit_rate"]["device"] == pytest.approx(w["device_hit_tokens"].sum() / w["prompt_tokens"].sum())
-    assert s["prompt_tokens"] == int(w["prompt_tokens"].sum())
+    assert s["window"]["prompt_tokens"] == int(w["prompt_tokens"].sum())
+    # Scopes: the counters cover the whole run (warm-up included), the hit rates only the window.
+    assert s["counters"]["prompt_pages"] == int(req["prompt_pages"].sum()) > s["window"]["prompt_pages"]
+    assert s["scopes"]["counters"].startswith("whole run") and s["scopes"]["hit_rate"].startswith("window")
+    assert set(s["scopes"]) == set(s) - {"mode", "scopes"}
     resolved = yaml.safe_load((out / "scenario.yaml").read_text())
     assert resolved["scenario"]["cache"]["host_ratio"] == 0.5 and resolved["hicache_sim_version"]
     env = json.loads((out / "environment.json").read_text())
@@ -255,6 +259,47 @@ def test_plot_redraws_run_and_sweep(tmp_path):
     assert r.exit_code == 0, r.output
     assert (out / "residency.png").stat().st_size > 1000
     assert_user_error(invoke("plot", tmp_path), "expected a run folder")
+
+
+def test_sweep_figure_x_axis_is_the_swept_key(tmp_path):
+    """A sweep over page size is drawn against page size (not the unchanged host ratio), with a line per
+    write policy; `plot` redraws the same file from the folder's recorded grid."""
+    data = {**TINY, "sweep": {"cache.write_policy": ["write_through", "write_back"], "cache.page_size": [64, 512]}}
+    sc = write_yaml(tmp_path / "ps.yaml", data)
+    out = tmp_path / "ps"
+    r = invoke("sweep", sc, "--out", out, "--workers", "1")
+    assert r.exit_code == 0, r.output
+    assert "wrote" in r.output and "hit_rate_vs_page_size.png" in r.output
+    assert not (out / "hit_rate_vs_ratio.png").exists()
+    (out / "hit_rate_vs_page_size.png").unlink()
+    r = invoke("plot", out)
+    assert r.exit_code == 0 and (out / "hit_rate_vs_page_size.png").stat().st_size > 5000, r.output
+
+
+@pytest.mark.parametrize(
+    ("keys", "want"),
+    [
+        (["cache.write_policy", "cache.host_ratio"], ("host_to_device_ratio", ["cache.write_policy"])),
+        (["cache.host_size_gb"], ("host_to_device_ratio", [])),
+        (["cache.write_policy", "cache.page_size"], ("cache.page_size", ["cache.write_policy"])),
+        (["cache.write_policy", "cache.host_eviction"], ("cache.write_policy", ["cache.host_eviction"])),
+    ],
+)
+def test_sweep_axes(keys, want):
+    from hicache_sim.plots import sweep_axes
+
+    table = pd.DataFrame(
+        {
+            "cache.write_policy": ["write_through", "write_back"] * 2,
+            "cache.host_eviction": ["evicted_only"] * 2 + ["boundary"] * 2,
+            "cache.host_ratio": [0.5, 0.5, 2.0, 2.0],
+            "cache.host_size_gb": [1.0, 1.0, 4.0, 4.0],
+            "cache.page_size": [64, 512, 64, 512],
+            "host_to_device_ratio": [0.5, 0.5, 2.0, 2.0],
+        }
+    )
+    x, _, groups = sweep_axes(table, keys)
+    assert (x, groups) == want
 
 
 def test_timed_sweep_draws_ttft_vs_ratio(tmp_path):

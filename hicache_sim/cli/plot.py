@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from ..plots import run_figures, sweep_figures
+from ..sweep import swept_keys
 from . import app
 from .common import UserError, user_errors
 
@@ -18,12 +19,12 @@ from .common import UserError, user_errors
 def plot(
     folder: Path = typer.Argument(..., help="a run folder (summary.json) or a sweep folder (sweep.parquet)"),
 ) -> None:
-    """Draw the figures of FOLDER: hit rate per tier and TTFT p50/p99 vs host/device ratio for a sweep;
+    """Draw the figures of FOLDER: hit rate per tier and TTFT p50/p99 vs the swept key for a sweep;
     pool residency, hit rate and link utilisation over time for a run."""
     with user_errors(str(folder)):
         if (folder / "sweep.parquet").is_file():
             table = pd.read_parquet(folder / "sweep.parquet")
-            written = sweep_figures(table, folder, f"{folder.name}: hit rate vs host/device ratio")
+            written = sweep_figures(table, folder, folder.name, swept_keys(folder))
         elif (folder / "summary.json").is_file():
             mode = json.loads((folder / "summary.json").read_text()).get("mode", "run")
             name = folder.name

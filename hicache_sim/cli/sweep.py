@@ -67,7 +67,7 @@ def sweep(
                 dask_timeout_s=dask_timeout,
             )
     with output_errors(shown):
-        figs = sweep_figures(res.table, folder, f"{sc.name}: hit rate vs host/device ratio")
+        figs = sweep_figures(res.table, folder, sc.name, res.keys)
     typer.echo(f"{sc.name}: {n} points ({res.ran} run, {res.skipped} already done) -> {shown / 'sweep.parquet'}")
     for f in figs:
         typer.echo(f"wrote {shown / Path(f).name}")
