@@ -1,6 +1,7 @@
 """summary.json: hit rates per tier (token- and page-weighted over a stated window), latency
-percentiles, throughput, link load and every counter, with ``scopes`` saying what each figure covers. Metrics follow SGLang's definitions where one
-exists: hit rate = cached prompt tokens / prompt tokens, as bench_multiturn prints it."""
+percentiles, throughput, link load and every counter, with ``scopes`` saying what each figure covers.
+Metrics follow SGLang's definitions where one exists: hit rate = cached prompt tokens / prompt tokens,
+as bench_multiturn prints it."""
 
 from __future__ import annotations
 
