@@ -3,8 +3,11 @@ node (or pool) and the rule and prints both numbers. Numbers refer to the refere
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .errors import InvariantError
 
@@ -132,9 +135,23 @@ def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
             _fail("8 device leaves", f"node {n.id} queued under a stale key")
 
 
-def _check_pool(name: str, pool, owned: list[tuple[str, list[int]]]) -> None:
+def _check_pool(name: str, pool, owned: list[tuple[object, list[int]]]) -> None:
     # Slots from pool.fresh_start up are free by construction; every slot below it is either in the
-    # recycled free list or owned by exactly one holder. O(slots handed out), not O(pool size).
+    # recycled free list or owned by exactly one holder. O(slots handed out), not O(pool size): one
+    # vectorised count, and the slow walk below only to name the culprit when the count is wrong.
+    fresh = pool.fresh_start
+    free = pool.recycled_pages()
+    total = len(free) + sum(len(pages) for _, pages in owned)
+    if total == fresh:
+        every = np.fromiter(
+            itertools.chain(free, itertools.chain.from_iterable(pages for _, pages in owned)), np.int64, total
+        )
+        if not total or (every.min() >= 0 and every.max() < fresh and np.bincount(every, minlength=fresh).max() == 1):
+            return
+    _name_broken_pool(name, pool, owned)
+
+
+def _name_broken_pool(name: str, pool, owned: list[tuple[object, list[int]]]) -> None:
     fresh = pool.fresh_start
     seen: dict[int, str] = {}
     for p in pool.recycled_pages():
@@ -143,11 +160,15 @@ def _check_pool(name: str, pool, owned: list[tuple[str, list[int]]]) -> None:
         seen[p] = "free list"
     for owner, pages in owned:
         for p in pages:
+            label = owner if isinstance(owner, str) else f"node {owner.id}"
             if p in seen:
-                _fail("9 slots", f"{name} page {p} held by {owner} and by {seen[p]}")
-            seen[p] = owner
+                _fail("9 slots", f"{name} page {p} held by {label} and by {seen[p]}")
+            seen[p] = label
+    for p, owner in seen.items():
+        if not 0 <= p < fresh:
+            _fail("9 slots", f"{name} page {p} held by {owner} was never handed out (pool has {fresh} in use or freed)")
     accounted = len(seen) + pool.size - fresh
-    if len(seen) != fresh or any(not 0 <= p < fresh for p in seen):
+    if len(seen) != fresh:
         _fail(
             "9 slots",
             f"{name} pool: {accounted} pages accounted for, pool has {pool.size} ({pool.size - accounted} leaked)",
@@ -155,10 +176,11 @@ def _check_pool(name: str, pool, owned: list[tuple[str, list[int]]]) -> None:
 
 
 def _check_slots(cache: HiCache, nodes: list[Node], held: list[int]) -> None:
-    dev: list[tuple[str, list[int]]] = [(f"node {n.id}", n.value) for n in nodes if n.value is not None]
+    # Owners are nodes or labels; a node is named only when a check fails.
+    dev: list[tuple[object, list[int]]] = [(n, n.value) for n in nodes if n.value is not None]
     dev.append(("running requests", held))
     _check_pool("device", cache.device, dev)
-    host: list[tuple[str, list[int]]] = [(f"node {n.id}", n.host_value) for n in nodes if n.host_value is not None]
+    host: list[tuple[object, list[int]]] = [(n, n.host_value) for n in nodes if n.host_value is not None]
     for rid, op in cache.ongoing_prefetch.items():
         if op.host_pages:
             host.append((f"prefetch {rid}", op.host_pages))
