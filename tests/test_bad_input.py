@@ -398,7 +398,12 @@ def test_short_help_and_version():
     assert r.exit_code == 0 and r.output.strip() == f"hicache-sim {__version__}"
 
 
-@pytest.mark.parametrize("verb", ["run", "sweep", "validate"])
+@pytest.mark.parametrize("verb", ["run", "sweep", "validate", "plot", "replay", "calibrate", "validate-model"])
 def test_help_has_no_type_tags(verb):
+    """Values are shown as click does (N, X, PATH, TEXT) or by their metavar, never as typer's tags."""
+    import re
+
     out = invoke(verb, "--help").output
-    assert "<bool>" not in out and "<list[" not in out, out
+    assert not re.search(r"<(bool|str|int|float|path|list\[)[^>]*>", out), out
+    args = re.findall(r"^  ([A-Za-z]+)  ", out.split("Options:")[0], flags=re.M)
+    assert all(a.isupper() for a in args), args  # arguments are named in capitals, as in the usage line

@@ -6,6 +6,25 @@ One module per verb; each registers itself on ``app``. Only this layer exits.
 from __future__ import annotations
 
 import typer
+from typer.core import TyperArgument, TyperOption
+
+
+def _plain_metavar(param, ctx) -> str | None:
+    """Help shows a flag's value as click does (N, X, PATH, TEXT) or as its metavar, never typer's type
+    tags (``<str>``, ``<int range>``); an argument's name is its metavar already."""
+    if isinstance(param, TyperArgument):
+        return None
+    if param.metavar is not None:
+        return param.metavar
+    if param.is_flag or param.count:
+        return None
+    tag = param.display_type(ctx)  # typer's own: <int>, <float range>, <path>, <str>, ...
+    kind = tag.strip("<>").split()[0]
+    return {"int": "N", "float": "X", "path": "PATH", "file": "PATH", "directory": "DIR"}.get(kind, "TEXT")
+
+
+TyperArgument.display_type_rich = _plain_metavar
+TyperOption.display_type_rich = _plain_metavar
 
 app = typer.Typer(
     name="hicache-sim",

@@ -15,10 +15,13 @@ from .common import UserError, user_errors
 
 @app.command("calibrate")
 def calibrate_cmd(
-    measurements: Path = typer.Argument(..., help="measurements from `hicache-sim replay` (.parquet, .csv, .jsonl)"),
+    measurements: Path = typer.Argument(
+        ..., metavar="MEASUREMENTS", help="measurements from `hicache-sim replay` (.parquet, .csv, .jsonl)"
+    ),
     out: Path = typer.Option(
         Path("calibration.yaml"),
         "--out",
+        metavar="FILE",
         help="calibration file to write (a scenario references it as hardware.calibration)",
     ),
     holdout: float = typer.Option(0.25, "--holdout", help="share of configurations held out to measure error"),

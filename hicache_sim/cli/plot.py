@@ -17,7 +17,9 @@ from .common import UserError, user_errors
 
 @app.command()
 def plot(
-    folder: Path = typer.Argument(..., help="a run folder (summary.json) or a sweep folder (sweep.parquet)"),
+    folder: Path = typer.Argument(
+        ..., metavar="FOLDER", help="a run folder (summary.json) or a sweep folder (sweep.parquet)"
+    ),
 ) -> None:
     """Draw the figures of FOLDER: hit rate per tier and TTFT p50/p99 vs the swept key for a sweep;
     pool residency, hit rate and link utilisation over time for a run."""

@@ -65,13 +65,17 @@ def mib(value: int | None) -> int | None:
 def replay(
     source: str | None = typer.Argument(
         None,
+        metavar="SOURCE",
         help="scenario YAML or builtin:NAME (its instant-mode transfer log "
         "is generated), or a transfer log (.parquet/.jsonl)",
     ),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cuda or cpu"),
+    device: str = typer.Option(
+        "auto", "--device", metavar="auto|cuda|cpu", help="auto (CUDA when present), cuda or cpu"
+    ),
     out: Path | None = typer.Option(
         None,
         "--out",
+        metavar="DIR",
         help="output folder (default: results/replay/<scenario>, with --sweep results/calibration/<device>)",
     ),
     sweep: bool = typer.Option(
@@ -86,10 +90,12 @@ def replay(
         help="replay only the first N host<->device transfers (with --sweep: page counts up to N)",
     ),
     scenario_opt: str | None = typer.Option(
-        None, "--scenario", help="scenario of a transfer log (default: the scenario.yaml beside it)"
+        None, "--scenario", metavar="SCENARIO", help="scenario of a transfer log (default: the scenario.yaml beside it)"
     ),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a scenario key (repeatable)"),
-    h2d: str = typer.Option("per_layer", "--h2d", help="H2D load-back per_layer (as SGLang) or whole"),
+    h2d: str = typer.Option(
+        "per_layer", "--h2d", metavar="per_layer|whole", help="H2D load-back per_layer (as SGLang) or whole"
+    ),
     repeats: int | None = typer.Option(
         None,
         "--repeats",

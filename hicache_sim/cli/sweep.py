@@ -31,7 +31,7 @@ def sweep(
     ),
     workers: int = typer.Option(max(1, os.cpu_count() or 1), "--workers", help="local worker processes"),
     dask_scheduler: str | None = typer.Option(
-        None, "--dask-scheduler", help="address of a Dask distributed scheduler (tcp://host:8786)"
+        None, "--dask-scheduler", metavar="ADDR", help="address of a Dask distributed scheduler (tcp://host:8786)"
     ),
     dask_timeout: float = typer.Option(
         10.0, "--dask-timeout", min=0.1, help="seconds to wait for the Dask scheduler to answer"

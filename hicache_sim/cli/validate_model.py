@@ -23,14 +23,20 @@ from .replay import load_replay, mib, replay_errors, volume_line
 
 @app.command("validate-model")
 def validate_model_cmd(
-    scenario: str = typer.Argument(..., help="scenario YAML or builtin:NAME"),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cuda or cpu"),
-    out: Path | None = typer.Option(None, "--out", help="output folder (default: results/validate-model/<name>)"),
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help="scenario YAML or builtin:NAME"),
+    device: str = typer.Option(
+        "auto", "--device", metavar="auto|cuda|cpu", help="auto (CUDA when present), cuda or cpu"
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", metavar="DIR", help="output folder (default: results/validate-model/<name>)"
+    ),
     set_: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE", help="override a key, e.g. --set hardware.calibration=FILE"
     ),
     limit: int | None = typer.Option(None, "--limit", min=1, help="replay only the first N host<->device transfers"),
-    h2d: str = typer.Option("per_layer", "--h2d", help="H2D load-back per_layer (as SGLang) or whole"),
+    h2d: str = typer.Option(
+        "per_layer", "--h2d", metavar="per_layer|whole", help="H2D load-back per_layer (as SGLang) or whole"
+    ),
     max_pool_mb: int | None = typer.Option(None, "--max-pool-mb", min=1, help="cap on each KV pool, MiB"),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads for CPU copies"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="passes over the log; the median per transfer is compared"),
