@@ -34,6 +34,9 @@ class HostEvictionRule:
     prefix_closed_host = True
     #: Is a device victim without host copy written to host before it leaves (demotion)?
     demotes = False
+    #: Under write_back (unified semantics), does evict_host first reclaim full host duplicates, as
+    #: upstream does? Rules that order mirrors themselves say no.
+    reclaims_duplicates = True
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         """Host-eviction candidate (read-only)."""
@@ -77,6 +80,7 @@ class ReclaimMirrors(HostEvictionRule):
     """Host copies of GPU-resident leaves are reclaimable too (the fix #16909 aimed for, reachable)."""
 
     name = "reclaim_mirrors"
+    reclaims_duplicates = False
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         return (
