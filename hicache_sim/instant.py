@@ -106,9 +106,12 @@ def run_instant(
 
 def _prefill(cache: HiCache, st: RequestState, n: int, chunk_pages: int | None) -> bool:
     """Allocate the request's pages chunk by chunk after its cached prefix, checkpointing after each
-    chunk but the last, as SGLang's chunked prefill does. False when pages cannot be found."""
-    end = len(st.pages)
+    chunk but the last, as SGLang's chunked prefill does; each later chunk is a new scheduler step,
+    which first completes the acknowledgements. False when pages cannot be found."""
+    start = end = len(st.pages)
     while end < n:
+        if end > start:
+            cache.drain()
         end = min(end + chunk_pages, n) if chunk_pages else n
         if not cache.extend_request(st, end - len(st.pages)):
             return False

@@ -79,3 +79,20 @@ def test_instant_mode_allocates_each_chunk_when_it_is_prefilled():
     assert c.counters.device_evict_calls == 2 and c.counters.device_evicted_pages == 8
     assert set(c.root.children) == {20}
     assert node_at(c, [20, 21, 22, 23]).state() == "D" and node_at(c, list(range(20, 28))).state() == "D"
+
+
+def test_instant_mode_completes_acknowledgements_between_chunks():
+    """Each chunk after the first is a new scheduler step, which first completes what finished:
+    here the load-back of the request's host hit. write_back, device 6, host 4, chunks of 2 pages.
+    R1-R3 fill the device; R4 and R5 write R1 and R2 back (host full). R6 = R1's pages + 4 new:
+    loading R1's pages back writes R3 back (R2 deleted from host); chunk 1 writes R4 back (R3
+    deleted). Before chunk 2 the load is acknowledged, R1's pages are a duplicate (held by R6), and
+    writing R5 back reclaims their host copy instead of deleting R4's only copy, which R7 then hits.
+    Were the load still in flight, R4 would be deleted and R7 would miss."""
+    cfg = CacheConfig(4, 6, 4, write_policy="write_back", load_back_threshold_tokens=0)
+    keys = [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [1, 2, 11, 12, 13, 14], [7, 8]]
+    reqs = [request(f"r{i + 1}", k) for i, k in enumerate(keys)]
+    res = run_instant(cfg, reqs, chunk_pages=2, reserve_last_token=False, check_invariants=True)
+    assert not res.rejected
+    assert res.host_hit == [0, 0, 0, 0, 0, 2, 2]
+    assert res.cache.counters.host_mirror_reclaimed_pages == 2

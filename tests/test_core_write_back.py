@@ -161,3 +161,40 @@ def test_only_write_back_under_the_unified_core_tracks_duplicates():
         put(c, [1, 2])
         settle(c)
         assert node_at(c, [1, 2]).state() == "D+H" and c.host_duplicates == {}
+
+
+def test_a_demoted_victim_keeps_a_stale_entry_that_is_never_reclaimed():
+    """A write-back victim registers when its write is acknowledged and is demoted right after:
+    its entry stays (stale, as upstream), but the walk only drops it: the node's only copy stays."""
+    c = wb(4, 4)
+    written_back(c, [1, 2])
+    a = node_at(c, [1, 2])
+    assert list(c.host_duplicates) == [a]
+    assert c.evict_host(2) == 2  # nothing to reclaim among duplicates: A is deleted as an H-only leaf
+    assert c.counters.host_mirror_reclaimed_pages == 0 and c.counters.host_deleted_pages == 2
+    assert c.host_duplicates == {} and c.root.children == {}
+    settle(c)
+
+
+def test_a_node_that_becomes_a_duplicate_again_keeps_its_old_place():
+    """T is written back, re-attached with a new child L, then L (written back) and T (demoted)
+    leave the device: both entries stay, T's first. Loading the chain back and acknowledging it
+    walks L then T, but both keep their places, so T's copy goes first when both are held. (Upstream
+    keeps stale entries; dropping them at demotion would put L first: one host eviction more or
+    less on the conversation trace at 6000/12000 pages.)"""
+    c = wb(6, 4, load_back_threshold_tokens=0)
+    written_back(c, [1, 2])
+    put(c, [1, 2, 3, 4])
+    t, leaf = node_at(c, [1, 2]), node_at(c, [1, 2, 3, 4])
+    assert c.evict(4) == 4 and t.state() == leaf.state() == "H"
+    assert list(c.host_duplicates) == [t, leaf]
+    settle(c)
+    assert c.load_back(leaf) is leaf
+    settle(c)
+    assert list(c.host_duplicates) == [t, leaf]
+    c.inc_lock_ref(leaf)
+    put(c, [5, 6])
+    assert c.evict(2) == 2
+    assert t.state() == "D" and leaf.state() == "D+H" and node_at(c, [5, 6]).state() == "H"
+    c.dec_lock_ref(leaf)
+    settle(c)
