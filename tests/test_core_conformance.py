@@ -99,6 +99,22 @@ def test_conformance_with_sglang(
         assert c.device_dropped_subtree_pages == 0
 
 
+@pytest.mark.parametrize(
+    "l1, l2, want_l12, host_calls, dev_calls",
+    [(2000, 1000, 0.06402, 4896, 5013), (6000, 3000, 0.18483, 4339, 4738), (6000, 12000, 0.26693, 4048, 5000)],
+)
+def test_staged_write_back_is_sglang_without_its_duplicate_reclaim(
+    conversation_trace, l1, l2, want_l12, host_calls, dev_calls
+):
+    """SGLang with SGLANG_HICACHE_SKIP_HOST_DUPLICATE_RECLAIM=1 (the document's figures)."""
+    cfg = CacheConfig(512, l1, l2, write_policy="write_back", write_back_eviction="staged")
+    res = run_instant(cfg, conversation_trace, reserve_last_token=False)
+    rate = res.page_hit_rate()
+    c = res.cache.counters
+    assert rate["device"] + rate["host"] == pytest.approx(want_l12, abs=DIGITS)
+    assert (c.backup_failures, c.host_evict_calls, c.device_evict_calls) == (0, host_calls, dev_calls)
+
+
 def test_page_granularity_gives_the_one_block_chunk_hit_rates(synthetic_trace):
     """One node per page, without chunking: the c1 row's hit rates (not its call counts)."""
     cfg = CacheConfig(512, 3000, 6000, eviction_granularity="page")
