@@ -3,7 +3,8 @@ to keep the rule's invariant.
 
 - ``evicted_only`` (upstream HiRadixCache / unified tree): only H-only leaves are candidates. Under
   write_through with a host smaller than the device, the host fills with D+H mirrors that nothing
-  can reclaim, host allocations fail and L2/L3 starve.
+  can reclaim, host allocations fail and L2/L3 starve. (Under write_back the unified tree core first
+  reclaims full host duplicates, see ``EvictionMixin._reclaim_duplicates``.)
 - ``reclaim_mirrors``: any host leaf (no child with a host copy) that is unlocked and unpinned is a
   candidate, D+H mirrors included; reclaiming a mirror leaves the node D-only. Reclaiming only host
   leaves keeps the host set prefix-closed, which write_through relies on. Order: see ``key``. (Plain
