@@ -2,7 +2,7 @@
 
 The request loop is SGLang's scheduler with time taken out, one request at a time in arrival order:
 complete every pending acknowledgement (the scheduler's ``check_hicache_events``), match and lock,
-load the host hit back, allocate the rest, checkpoint after each prefill chunk, cache the finished
+load the host hit back, allocate each prefill chunk and checkpoint after it, cache the finished
 request. With a storage tier, a request's storage prefetch is issued and finished before it is
 admitted (the stop policy has nothing to wait for). The fast path for large sweeps.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .core import CacheConfig, HiCache, check
+from .core import CacheConfig, HiCache, RequestState, check
 from .workloads import Request
 
 
@@ -51,10 +51,11 @@ def run_instant(
     """Replay ``requests`` through one HiCache with transfers completed immediately.
 
     ``chunk_pages``: chunked-prefill size in pages (None: whole prompt in one chunk); chunks start
-    after the cached prefix, as SGLang's chunked prefill does. ``reserve_last_token``: match at most
-    input - 1 tokens. ``check_invariants`` runs ``check`` after every request. ``record_transfers``
-    keeps every transfer's record (the transfer log the replay harness executes), each stamped with
-    the index of the request that caused it in ``issued_at``.
+    after the cached prefix and each allocates its own pages when it is prefilled, as SGLang's
+    chunked prefill does. ``reserve_last_token``: match at most input - 1 tokens.
+    ``check_invariants`` runs ``check`` after every request. ``record_transfers`` keeps every
+    transfer's record (the transfer log the replay harness executes), each stamped with the index of
+    the request that caused it in ``issued_at``.
     """
     cache = HiCache(config)
     res = InstantResult(cache)
@@ -81,15 +82,11 @@ def run_instant(
             _prefetch(cache, req, keys, limit)
         st = cache.begin_request(req.rid, keys, limit, req.priority)
         cache.load_host_hit(st)
-        prefix = len(st.pages)
-        if not cache.extend_request(st, len(keys) - prefix):
+        if _prefill(cache, st, len(keys), chunk_pages):
+            cache.finish_request(st)
+        else:
             cache.abort_request(st)
             res.rejected.append(req.rid)
-        else:
-            if chunk_pages:
-                for end in range(prefix + chunk_pages, len(keys), chunk_pages):
-                    cache.checkpoint_request(st, end)
-            cache.finish_request(st)
         res.rids.append(req.rid)
         res.prompt_pages.append(len(keys))
         res.device_hit.append(st.device_hit)
@@ -105,6 +102,22 @@ def run_instant(
     if check_invariants:
         check(cache)
     return res
+
+
+def _prefill(cache: HiCache, st: RequestState, n: int, chunk_pages: int | None) -> bool:
+    """Allocate the request's pages chunk by chunk after its cached prefix, checkpointing after each
+    chunk but the last, as SGLang's chunked prefill does; each later chunk is a new scheduler step,
+    which first completes the acknowledgements. False when pages cannot be found."""
+    start = end = len(st.pages)
+    while end < n:
+        if end > start:
+            cache.drain()
+        end = min(end + chunk_pages, n) if chunk_pages else n
+        if not cache.extend_request(st, end - len(st.pages)):
+            return False
+        if end < n:
+            cache.checkpoint_request(st, end)
+    return True
 
 
 def _prefetch(cache: HiCache, req: Request, keys: list[int], limit: int) -> None:

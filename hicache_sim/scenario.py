@@ -180,6 +180,8 @@ class CacheSpec(_Strict):
     parent_backup: Literal["none", "skip", "chain"] | None = Field(None, description="override")
     host_backup_eviction: Literal["full_retry", "shortfall"] | None = Field(None, description="override")
     prefetch_flow: Literal["prealloc", "after_hit"] | None = Field(None, description="override")
+    write_back_eviction: Literal["staged", "unified"] | None = Field(None, description="override")
+    checkpoint_hits: Literal["never", "past_inserted"] | None = Field(None, description="override")
 
     @field_validator(*_REGISTRY_FIELDS)
     @classmethod
@@ -500,6 +502,8 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         parent_backup=c.parent_backup,
         host_backup_eviction=c.host_backup_eviction,
         prefetch_flow=c.prefetch_flow,
+        write_back_eviction=c.write_back_eviction,
+        checkpoint_hits=c.checkpoint_hits,
         bytes_per_page=bpt * page,
         strict=strict,
     )

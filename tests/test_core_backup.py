@@ -56,8 +56,9 @@ def test_a_transfer_completes_once():
 
 def test_parent_backup_chain_backs_up_unbacked_ancestors_first():
     # 2026 unified tree (parent_backup chain): a node whose parent has no host copy brings its
-    # ancestors along, parent first, so the host set stays prefix-closed.
-    c = new_cache(device_pages=16, host_pages=16, semantics="2026")
+    # ancestors along, parent first, so the host set stays prefix-closed. (Checkpoints that count no
+    # insert-hit leave both nodes without a host copy.)
+    c = new_cache(device_pages=16, host_pages=16, semantics="2026", checkpoint_hits="never")
     put(c, [1, 2], chunked=True)
     put(c, [1, 2, 3], chunked=True)
     child = node_at(c, [1, 2, 3])
@@ -68,7 +69,7 @@ def test_parent_backup_chain_backs_up_unbacked_ancestors_first():
 
 
 def test_parent_backup_skip_refuses_a_node_whose_parent_has_no_host_copy():
-    c = new_cache(device_pages=16, host_pages=16, parent_backup="skip")
+    c = new_cache(device_pages=16, host_pages=16, parent_backup="skip", checkpoint_hits="never")
     put(c, [1, 2], chunked=True)
     put(c, [1, 2, 3], chunked=True)
     assert c.write_backup(node_at(c, [1, 2, 3])) == 0

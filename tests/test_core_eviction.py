@@ -70,7 +70,8 @@ def test_evict_overshoots_by_less_than_one_node():
 
 
 # Hand-built tree for the strategies: five root children, each 2 pages, inserted A..E in this order.
-# Insert-hits: A 1, B 1, C 1, D 2 (inserted twice), E 0 (a chunked checkpoint); C has priority -1.
+# Insert-hits: A 1, B 1, C 1, D 2 (inserted twice), E 0 (a chunked checkpoint that counts no hit, as
+# HiRadixCache's); C has priority -1.
 # Then matched in the order D, B, E, A, C, so by last access (oldest first): D, B, E, A, C.
 NODES = {"A": [10, 11], "B": [20, 21], "C": [30, 31], "D": [40, 41], "E": [50, 51]}
 EXPECTED_ORDER = {
@@ -85,7 +86,7 @@ EXPECTED_ORDER = {
 
 
 def build_strategy_tree(policy: str, host_pages: int):
-    c = new_cache(device_pages=64, host_pages=host_pages, eviction_policy=policy)
+    c = new_cache(device_pages=64, host_pages=host_pages, eviction_policy=policy, checkpoint_hits="never")
     for name in "ABCD":
         put(c, NODES[name], priority=-1 if name == "C" else 0)
     put(c, NODES["E"], chunked=True)
@@ -262,8 +263,8 @@ def test_boundary_takes_the_least_recently_used_duplicate_first():
 
 
 def test_boundary_demotes_a_device_only_victim_to_host():
-    c = new_cache(device_pages=16, host_pages=16, host_eviction="boundary")
-    put(c, [1, 2, 3], chunked=True)  # a checkpoint: not backed up
+    c = new_cache(device_pages=16, host_pages=16, host_eviction="boundary", checkpoint_hits="never")
+    put(c, [1, 2, 3], chunked=True)  # a checkpoint that counts no hit: not backed up
     node = node_at(c, [1, 2, 3])
     assert node.state() == "D"
     assert c.evict(1) == 3
@@ -275,7 +276,7 @@ def test_boundary_demotes_a_device_only_victim_to_host():
 def boundary_parent_without_host_copy(host_pages: int):
     """A D-only parent [1, 2] with a D+H child [3] under the boundary rule (which needs no parent copy
     to back a node up)."""
-    c = new_cache(device_pages=16, host_pages=host_pages, host_eviction="boundary")
+    c = new_cache(device_pages=16, host_pages=host_pages, host_eviction="boundary", checkpoint_hits="never")
     put(c, [1, 2], chunked=True)
     put(c, [1, 2, 3], chunked=True)
     parent, child = node_at(c, [1, 2]), node_at(c, [1, 2, 3])

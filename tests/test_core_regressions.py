@@ -100,9 +100,10 @@ def test_27562_without_the_pin_the_nested_eviction_frees_the_chain():
 
 
 def test_27108_write_back_with_a_failing_backup_falls_back_and_leaks_nothing():
-    """Several victims: the first is staged to host, the second no longer fits, so the staged one is
-    flushed and the second dropped without backup. Every page is accounted for."""
-    c = new_cache(device_pages=16, host_pages=3, write_policy="write_back")
+    """Several victims (HiRadixCache's staged write-back): the first is staged to host, the second no
+    longer fits, so the staged one is flushed and the second dropped without backup. Every page is
+    accounted for."""
+    c = new_cache(device_pages=16, host_pages=3, write_policy="write_back", write_back_eviction="staged")
     put(c, [1, 2, 3])
     put(c, [5, 6, 7, 8])
     c.match_prefix([5, 6, 7, 8])  # [1, 2, 3] is the older victim
@@ -116,6 +117,22 @@ def test_27108_write_back_with_a_failing_backup_falls_back_and_leaks_nothing():
     # Later victims can reuse the host once the H-only copy is evicted from host.
     put(c, [9, 10])
     assert c.evict(2) == 2 and node_at(c, [9, 10]).state() == "H" and 1 not in c.root.children
+    settle(c)
+
+
+def test_27108_unified_write_back_demotes_each_victim_at_once_and_leaks_nothing():
+    """The same victims in the unified tree core: [1, 2, 3] is written and demoted at once, unpinned,
+    so making room for [5, 6, 7, 8] (4 pages, host 3) deletes it from host; 3 pages are still short,
+    the backup fails and [5, 6, 7, 8] is dropped. Both are lost, as upstream; nothing leaks."""
+    c = new_cache(device_pages=16, host_pages=3, write_policy="write_back", write_back_eviction="unified")
+    put(c, [1, 2, 3])
+    put(c, [5, 6, 7, 8])
+    c.match_prefix([5, 6, 7, 8])
+    assert c.evict(7) == 7
+    assert c.root.children == {}
+    assert c.counters.device_demoted_pages == 3 and c.counters.host_deleted_pages == 3
+    assert c.counters.device_dropped_subtree_pages == 4 and c.counters.backup_failures == 1
+    assert c.device.available() == 16 and c.host.available() == 3
     settle(c)
 
 

@@ -199,8 +199,8 @@ def test_write_through_selective_backs_up_on_the_second_insert_hit():
     settle(c)
 
 
-def test_chunked_inserts_neither_count_hits_nor_back_up():
-    c = new_cache(device_pages=16, host_pages=16, write_policy="write_through")
+def test_chunked_inserts_neither_count_hits_nor_back_up_in_hiradix_cache():
+    c = new_cache(device_pages=16, host_pages=16, write_policy="write_through", checkpoint_hits="never")
     put(c, [1, 2, 3], chunked=True)
     node = node_at(c, [1, 2, 3])
     assert node.hit_count == 0 and node.host_value is None and c.take_transfers() == []

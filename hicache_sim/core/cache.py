@@ -80,19 +80,28 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
 
     # ----------------------------------------------------------------------------------- insert
 
-    def insert(self, keys: list[int], pages: list[int], *, chunked: bool = False, priority: int = 0) -> int:
+    def insert(
+        self, keys: list[int], pages: list[int], *, chunked: bool = False, priority: int = 0, inserted: int = 0
+    ) -> int:
         """Insert a request's prefix: ``pages[i]`` is the device slot holding ``keys[i]`` (mutates).
 
         Returns pages that were already device-resident (the caller frees its duplicate slots for
         them). H-only nodes on the path take the request's device pages again (re-attach). Each
-        device node walked, and the new leaf, counts an insert-hit that may trigger write-through
-        (not for ``chunked`` checkpoints, never under write_back).
+        device node walked, and the new leaf, counts an insert-hit that may trigger write-through,
+        never under write_back. Which inserts count is ``semantics.checkpoint_hits``: ``never``
+        skips ``chunked`` checkpoints; ``past_inserted`` counts on every insert the nodes ending past
+        ``inserted``, the pages this request had already inserted.
         """
         if len(pages) < len(keys):
             raise CacheStateError(f"insert of {len(keys)} keys with only {len(pages)} device pages")
+        pos, n = 0, len(keys)
+        # A node counts its insert-hit when it ends past ``counted_from`` (n: none does).
+        if self.sem.checkpoint_hits == "past_inserted":
+            counted_from = inserted
+        else:
+            counted_from = n if chunked else 0
         node = self.root
         self._touch(node)
-        pos, n = 0, len(keys)
         prefix = 0
         while pos < n:
             child = node.children.get(keys[pos])
@@ -108,25 +117,28 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             self._touch(child)
             if child.value is None:
                 self._set_value(child, pages[pos : pos + plen])
+                self._track_duplicate(child)
                 self.counters.reattached_pages += plen
             else:
                 prefix += plen
-            self._inc_hit_count(child, chunked)
             node = child
             pos += plen
+            if pos > counted_from:
+                self._inc_hit_count(child)
         if pos < n:
             leaf = self._new_node(keys[pos:], priority)
             leaf.value = pages[pos:n]
             leaf.hashes = self._page_hashes(node, leaf.key)
             self.evictable_pages += n - pos
             self._add_child(node, leaf)
-            self._inc_hit_count(leaf, chunked)
+            if n > counted_from:
+                self._inc_hit_count(leaf)
         return prefix
 
-    def _inc_hit_count(self, node: Node, chunked: bool) -> None:
+    def _inc_hit_count(self, node: Node) -> None:
         """Count an insert-hit; back the node up once it reaches the write policy's threshold."""
         threshold = self.write_policy.threshold
-        if threshold is None or chunked or node.value is None:
+        if threshold is None or node.value is None:
             return
         node.hit_count += 1
         self._refresh(node)

@@ -30,7 +30,8 @@ class CacheConfig:
     ``host_pages == 0`` means no host tier (plain RadixCache: nothing is ever backed up).
     ``storage_pages`` is None without a storage tier; with one, ``storage_capacity_pages`` bounds it
     (None: unbounded). ``semantics`` picks the 2025 or 2026 upstream variant where they differ
-    (prefetch capacity formula, prefetch flow, timeout defaults).
+    (prefetch capacity formula, prefetch flow, timeout defaults, write-back eviction, checkpoint
+    insert-hits; see ``policies.Semantics``).
     """
 
     page_size: int
@@ -56,6 +57,8 @@ class CacheConfig:
     parent_backup: str | None = None
     host_backup_eviction: str | None = None
     prefetch_flow: str | None = None
+    write_back_eviction: str | None = None
+    checkpoint_hits: str | None = None
     bytes_per_page: int = 0
     strict: bool = False
 

@@ -81,24 +81,35 @@ class EvictionMixin(CacheState):
         return n
 
     def _evict_write_back(self, x: Node, staged: list[tuple[Node, list[int]]]) -> int:
-        """Write a victim without host copy to host, then detach its device pages (freed at flush)."""
+        """Write a victim without host copy to host, then demote it to H-only.
+
+        ``unified`` write_back: the copy is waited for at once and the device pages are freed; for
+        that moment the node is a full host duplicate (registered, then stale once demoted).
+        Otherwise (staged) the device pages are detached and freed at the flush, the host copy
+        pinned until then.
+        """
         n = len(x.key)
         ok = self.host_rule.ensure_parent_host(self, x)
         if ok:
-            # Pin the parent's host copy: making room for x must not reclaim it from under x.
+            # The boundary rule needs the parent's host copy under x: pin it while room is made for
+            # x. Upstream write_back pins nothing (a parent's duplicate copy may be reclaimed).
             parent = x.parent
-            pin = parent is not self.root and parent.host_value is not None
+            pin = self.host_rule.demotes and parent is not self.root and parent.host_value is not None
             if pin:
                 self.protect_host(parent)
             ok = self.write_backup(x, write_back=True) > 0
             if pin:
                 self.release_host(parent)
-        if ok:
+        if not ok:
+            return self._drop_subtree(x, staged)
+        self.counters.device_demoted_pages += n
+        if self.unified_write_back:
+            self._track_duplicate(x)
+            self.device.free(self._clear_value(x))
+        else:
             self.protect_host(x)
             staged.append((x, self._clear_value(x)))
-            self.counters.device_demoted_pages += n
-            return n
-        return self._drop_subtree(x, staged)
+        return n
 
     def _flush_write_back(self, staged: list[tuple[Node, list[int]]]) -> None:
         """The blocking wait for staged write-back copies: free their device pages, unpin the host."""
@@ -131,10 +142,11 @@ class EvictionMixin(CacheState):
     def evict_host(self, num_pages: int) -> int:
         """Free host pages from candidates of the host-eviction rule until ``num_pages`` (mutates).
 
-        Returns pages freed. Under ``evicted_only`` a D+H mirror is never a candidate.
+        Returns pages freed. Under ``evicted_only`` a D+H mirror is never a candidate, but under
+        write_back (unified semantics) full host duplicates are reclaimed first.
         """
         self.counters.host_evict_calls += 1
-        freed = 0
+        freed = self._reclaim_duplicates(num_pages) if self._track_dups else 0
         page_level = self.config.eviction_granularity == "page"
         while freed < num_pages:
             x = self._pop_host_candidate()
@@ -144,4 +156,37 @@ class EvictionMixin(CacheState):
                 x = self._split_tail(x, num_pages - freed)
             freed += self.host_rule.evict_host_node(self, x)
         self.counters.host_evicted_pages += freed
+        return freed
+
+    def _reclaim_duplicates(self, num_pages: int) -> int:
+        """Drop host copies of full host duplicates, oldest duplicate first, until ``num_pages``
+        (mutates). Returns pages freed.
+
+        A first pass spares device-eviction candidates (their demotion would reuse the copy), a
+        second takes them too. A duplicate with a host pin is skipped; an entry that is no longer a
+        duplicate is dropped when the walk reaches it, as is each reclaimed one.
+        """
+        freed = 0
+        done: list[Node] = []
+        dups = self.host_duplicates
+        for spare_candidates in (True, False):
+            if freed >= num_pages:
+                break
+            for node in dups:
+                if freed >= num_pages:
+                    break
+                if node.value is None or node.host_value is None:
+                    done.append(node)
+                    continue
+                if spare_candidates and self.is_device_candidate(node):
+                    continue
+                if node.pending_write is not None or node.pending_load is not None or node.host_ref:
+                    continue
+                n = len(node.host_value)
+                self._clear_host_value(node)
+                self.counters.host_mirror_reclaimed_pages += n
+                freed += n
+                done.append(node)
+        for node in done:
+            dups.pop(node, None)
         return freed

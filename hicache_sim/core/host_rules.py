@@ -3,7 +3,8 @@ to keep the rule's invariant.
 
 - ``evicted_only`` (upstream HiRadixCache / unified tree): only H-only leaves are candidates. Under
   write_through with a host smaller than the device, the host fills with D+H mirrors that nothing
-  can reclaim, host allocations fail and L2/L3 starve.
+  can reclaim, host allocations fail and L2/L3 starve. (Under write_back the unified tree core first
+  reclaims full host duplicates, see ``EvictionMixin._reclaim_duplicates``.)
 - ``reclaim_mirrors``: any host leaf (no child with a host copy) that is unlocked and unpinned is a
   candidate, D+H mirrors included; reclaiming a mirror leaves the node D-only. Reclaiming only host
   leaves keeps the host set prefix-closed, which write_through relies on. Order: see ``key``. (Plain
@@ -34,6 +35,9 @@ class HostEvictionRule:
     prefix_closed_host = True
     #: Is a device victim without host copy written to host before it leaves (demotion)?
     demotes = False
+    #: Under write_back (unified semantics), does evict_host first reclaim full host duplicates, as
+    #: upstream does? Rules that order mirrors themselves say no.
+    reclaims_duplicates = True
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         """Host-eviction candidate (read-only)."""
@@ -77,6 +81,7 @@ class ReclaimMirrors(HostEvictionRule):
     """Host copies of GPU-resident leaves are reclaimable too (the fix #16909 aimed for, reachable)."""
 
     name = "reclaim_mirrors"
+    reclaims_duplicates = False
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         return (

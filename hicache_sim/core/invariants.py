@@ -35,6 +35,7 @@ def check(cache: HiCache, held_device_pages: Iterable[int] = ()) -> None:
     _check_candidates(cache, nodes)
     _check_slots(cache, nodes, list(held_device_pages))
     _check_inflight(cache)
+    _check_duplicates(cache, nodes)
     if root.lock_ref < 1:
         _fail("6 locks", f"root lock_ref is {root.lock_ref}, must be >= 1")
 
@@ -207,3 +208,19 @@ def _check_inflight(cache: HiCache) -> None:
         pinned = op.anchor.host_ref if op.pin == "host" else op.anchor.lock_ref
         if op.pin != "none" and pinned < 1:
             _fail("17 prefetch", f"prefetch {rid}: anchor node {op.anchor.id} is not pinned ({op.pin})")
+
+
+def _check_duplicates(cache: HiCache, nodes: list[Node]) -> None:
+    # Every full host duplicate is tracked (stale entries may linger, deleted nodes may not).
+    tracked = cache.host_duplicates
+    if not cache._track_dups:
+        if tracked:
+            _fail("23 host duplicates", f"{len(tracked)} nodes tracked but this configuration tracks none")
+        return
+    in_tree = set(nodes)
+    for node in tracked:
+        if node not in in_tree:
+            _fail("23 host duplicates", f"node {node.id} is tracked as a duplicate but is no longer in the tree")
+    for node in nodes:
+        if cache.is_settled_duplicate(node) and node not in tracked:
+            _fail("23 host duplicates", f"node {node.id} is D+H with nothing in flight but not tracked")

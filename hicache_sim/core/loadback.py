@@ -83,10 +83,20 @@ class LoadBackMixin(CacheState):
             node_ids=[c.id for c in chain],
             request_id=request_id,
         )
+        for c in chain:  # not a settled duplicate until the ack
+            c.pending_load = t.id
         self.ongoing_load[t.id] = last
         self.counters.load_backs += 1
         self.counters.load_back_pages += n
         return last
 
     def _ack_load(self, t: Transfer) -> None:
-        self.dec_lock_ref(self.ongoing_load.pop(t.id))
+        """H2D acknowledged: unlock the path; the loaded nodes (and halves split off them since),
+        found walking up from the deepest, become full host duplicates in that order."""
+        x = self.ongoing_load.pop(t.id)
+        self.dec_lock_ref(x)
+        while x is not self.root:
+            if x.pending_load == t.id:
+                x.pending_load = None
+                self._track_duplicate(x)
+            x = x.parent

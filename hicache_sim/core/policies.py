@@ -202,20 +202,32 @@ class Semantics:
     ``shortfall`` evicts only what is missing and fails if that is not freed (unified tree).
     ``prefetch_flow``: ``prealloc`` reserves host pages before the storage query (2025),
     ``after_hit`` allocates exactly the hit pages once known (2026).
+    ``write_back_eviction``: ``staged`` (HiRadixCache) writes each device victim back, detaches it
+    and keeps its host copy pinned until the end of the evict call; ``unified`` (the unified tree
+    core) writes and demotes each victim at once, unpinned, and makes host room from full host
+    duplicates (D+H nodes, oldest duplicate first) before evicting host-only copies.
+    ``checkpoint_hits``: insert-hits (the write-through trigger) are counted on every insert but
+    never on a chunked-prefill checkpoint (``never``, HiRadixCache), or on every insert, checkpoints
+    included, for the nodes that end past what the request had already inserted (``past_inserted``,
+    the unified tree core).
     """
 
     evict_amount: str
     parent_backup: str
     host_backup_eviction: str
     prefetch_flow: str
+    write_back_eviction: str
+    checkpoint_hits: str
 
 
 SEMANTICS: Registry[Semantics] = Registry("semantics", "cache.semantics")
-SEMANTICS.add("2025", Semantics("need", "none", "full_retry", "prealloc"))
-SEMANTICS.add("2026", Semantics("deficit", "chain", "shortfall", "after_hit"))
+SEMANTICS.add("2025", Semantics("need", "none", "full_retry", "prealloc", "staged", "never"))
+SEMANTICS.add("2026", Semantics("deficit", "chain", "shortfall", "after_hit", "unified", "past_inserted"))
 SEMANTIC_CHOICES = {
     "evict_amount": ("need", "deficit"),
     "parent_backup": ("none", "skip", "chain"),
     "host_backup_eviction": ("full_retry", "shortfall"),
     "prefetch_flow": ("prealloc", "after_hit"),
+    "write_back_eviction": ("staged", "unified"),
+    "checkpoint_hits": ("never", "past_inserted"),
 }

@@ -19,7 +19,8 @@ class RequestState:
     """One request's hold on the cache. ``pages[i]`` is the device slot of ``keys[i]``.
 
     ``cached`` leading pages belong to the tree (SGLang's ``cache_protected_len``); the rest are the
-    request's own until inserted. ``last_node`` is the node this request keeps locked.
+    request's own until inserted. ``inserted``: pages this request has inserted so far (SGLang's
+    ``cache_inserted_len``). ``last_node`` is the node this request keeps locked.
     Hit counts are pages found at admission: device, host (true L2) and storage (prefetched).
     """
 
@@ -34,6 +35,7 @@ class RequestState:
     storage_hit: int = 0
     loaded_pages: int = 0
     priority: int = 0
+    inserted: int = 0
     done: bool = field(default=False)
 
 
@@ -106,11 +108,11 @@ class RequestMixin(CacheState):
 
     def checkpoint_request(self, st: RequestState, upto: int, *, chunked: bool = True) -> None:
         """SGLang's ``cache_unfinished_req``: insert ``keys[:upto]``, free the request's duplicate slots,
-        re-match and move the lock down (mutates). ``chunked``: a chunked-prefill checkpoint (no
-        write-through); False for the insert after the prefill of a request that goes on to decode,
-        which counts an insert-hit and may start write-through, as upstream."""
+        re-match and move the lock down (mutates). ``chunked``: a chunked-prefill checkpoint; False
+        for the insert after the prefill of a request that goes on to decode. Which of them count
+        insert-hits (and may start write-through) is ``semantics.checkpoint_hits``."""
         self._check_pages(st, upto)
-        prefix = self.insert(st.keys[:upto], st.pages[:upto], chunked=chunked, priority=st.priority)
+        prefix = self._insert_request(st, upto, chunked)
         if prefix > st.cached:
             self.device.free(st.pages[st.cached : prefix])
         m = self.match_prefix(st.keys[:upto])
@@ -125,7 +127,7 @@ class RequestMixin(CacheState):
         request's pages beyond ``upto``, unlock (mutates)."""
         n = len(st.keys) if upto is None else upto
         self._check_pages(st, n)
-        prefix = self.insert(st.keys[:n], st.pages[:n], priority=st.priority)
+        prefix = self._insert_request(st, n, False)
         if prefix > st.cached:
             self.device.free(st.pages[st.cached : prefix])
         if len(st.pages) > n:
@@ -139,6 +141,13 @@ class RequestMixin(CacheState):
             self.device.free(st.pages[st.cached :])
         self.dec_lock_ref(st.last_node)
         st.done = True
+
+    def _insert_request(self, st: RequestState, upto: int, chunked: bool) -> int:
+        prefix = self.insert(
+            st.keys[:upto], st.pages[:upto], chunked=chunked, priority=st.priority, inserted=st.inserted
+        )
+        st.inserted = max(st.inserted, upto)
+        return prefix
 
     def _check_pages(self, st: RequestState, upto: int) -> None:
         if upto > len(st.pages) or upto > len(st.keys):

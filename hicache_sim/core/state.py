@@ -58,6 +58,14 @@ class CacheState:
         self._dev_heap: list[tuple[Any, int, int, Node]] = []
         self._host_heap: list[tuple[Any, int, int, Node]] = []
         self._pushes = 0
+        # Full host duplicates, as the unified tree core tracks them under write_back: D+H nodes with
+        # no write or load in flight, in the order they became duplicates (an ordered dict). A node
+        # is registered where it becomes one (write or load acknowledged, re-attached at insert,
+        # split off a duplicate) and leaves when deleted; otherwise entries go stale lazily (a
+        # demoted node keeps its place) until a reclaim walk passes them, as upstream.
+        self.unified_write_back = self.write_policy.backup_at_eviction and self.sem.write_back_eviction == "unified"
+        self._track_dups = self.unified_write_back and self.host_rule.reclaims_duplicates
+        self.host_duplicates: dict[Node, None] = {}
         self._outbox: list[Transfer] = []
         self.inflight: dict[int, Transfer] = {}
         self.now = 0.0
@@ -154,6 +162,28 @@ class CacheState:
             self._host_heap = [(k, n.id, self._tick_push(), n) for n, k in self._host_cands.items()]
             heapq.heapify(self._host_heap)
 
+    # ------------------------------------------------------------------------- host duplicates
+
+    def is_settled_duplicate(self, node: Node) -> bool:
+        """Device and host copy, no write or load in flight on it (read-only)."""
+        return (
+            node.value is not None
+            and node.host_value is not None
+            and node.pending_write is None
+            and node.pending_load is None
+            and node is not self.root
+        )
+
+    def _track_duplicate(self, node: Node) -> None:
+        """Register ``node`` as a full host duplicate if it is one now, else drop its entry. A node
+        already registered keeps its place."""
+        if not self._track_dups:
+            return
+        if self.is_settled_duplicate(node):
+            self.host_duplicates.setdefault(node, None)
+        else:
+            self.host_duplicates.pop(node, None)
+
     # ------------------------------------------------------------------------------ node changes
 
     def _add_child(self, parent: Node, child: Node) -> None:
@@ -215,6 +245,7 @@ class CacheState:
             node.host_value = None
         self._dev_cands.pop(node, None)
         self._host_cands.pop(node, None)
+        self.host_duplicates.pop(node, None)
         node.parent = None
         self._refresh(parent)
 
@@ -222,14 +253,16 @@ class CacheState:
         """Split ``child`` after its first ``n`` pages; returns the new upper node (lossless).
 
         The upper node takes the child's parent slot, lock count, hit count, priority, creation time
-        and any pending write id; it is never newer than the child, as the tree walk stamps
-        ancestors before descendants.
+        and any pending write or load id; it is never newer than the child, as the tree walk stamps
+        ancestors before descendants. An upper half that is a full host duplicate is registered as a
+        new one (the child keeps its place).
         """
         upper = self._new_node(child.key[:n], child.priority)
         upper.creation = child.creation
         upper.hit_count = child.hit_count
         upper.lock_ref = child.lock_ref
         upper.pending_write = child.pending_write
+        upper.pending_load = child.pending_load
         if child.value is not None:
             upper.value = child.value[:n]
             child.value = child.value[n:]
@@ -255,6 +288,7 @@ class CacheState:
             child.last_access = self._tick()
         self._refresh(upper)
         self._refresh(child)
+        self._track_duplicate(upper)
         return upper
 
     def _page_hashes(self, parent: Node, keys: list[int]) -> list[int] | None:

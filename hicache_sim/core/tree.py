@@ -29,6 +29,7 @@ class Node:
         "n_dev_children",
         "n_host_children",
         "parent",
+        "pending_load",
         "pending_write",
         "priority",
         "value",
@@ -51,6 +52,7 @@ class Node:
         self.n_dev_children = 0
         self.n_host_children = 0
         self.pending_write: int | None = None
+        self.pending_load: int | None = None
 
     @property
     def evicted(self) -> bool:

@@ -21,8 +21,10 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    clients send their next turn).
 
 The post-prefill insert is not a chunked checkpoint: it counts an insert-hit, so write-through of a
-prompt starts right after its prefill, as in SGLang (and under write_through_selective the finish
-insert counts a second hit for the same request, as upstream does).
+prompt starts right after its prefill, as in SGLang. Which later inserts count again is
+``semantics.checkpoint_hits``: HiRadixCache (2025) counts every non-checkpoint insert, so under
+write_through_selective the finish insert counts a second hit for the same request; the unified tree
+(2026) counts, on every insert, only the nodes past what the request had already inserted.
 """
 
 from __future__ import annotations
