@@ -7,8 +7,6 @@ import itertools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from .errors import InvariantError
 
 if TYPE_CHECKING:
@@ -139,15 +137,14 @@ def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
 def _check_pool(name: str, pool, owned: list[tuple[object, list[int]]]) -> None:
     # Slots from pool.fresh_start up are free by construction; every slot below it is either in the
     # recycled free list or owned by exactly one holder. O(slots handed out), not O(pool size): one
-    # vectorised count, and the slow walk below only to name the culprit when the count is wrong.
+    # C-level count (a set of every slot), and
+    # the slow walk below only to name the culprit when the count is wrong.
     fresh = pool.fresh_start
     free = pool.recycled_pages()
     total = len(free) + sum(len(pages) for _, pages in owned)
     if total == fresh:
-        every = np.fromiter(
-            itertools.chain(free, itertools.chain.from_iterable(pages for _, pages in owned)), np.int64, total
-        )
-        if not total or (every.min() >= 0 and every.max() < fresh and np.bincount(every, minlength=fresh).max() == 1):
+        every = [*free, *itertools.chain.from_iterable(pages for _, pages in owned)]
+        if not total or (min(every) >= 0 and max(every) < fresh and len(set(every)) == total):
             return
     _name_broken_pool(name, pool, owned)
 
