@@ -3,6 +3,7 @@ the D2H ack (reference sections 2.4-2.6, 2.12; invariant 15)."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import new_cache, node_at, put, settle
 
 from hicache_sim.core import CacheStateError, TransferKind, check
@@ -198,3 +199,20 @@ def test_storage_is_a_bounded_lru_index():
     s.put([4])
     assert 3 not in s and s.evicted_pages == 1
     assert s.prefix_hits([1, 2, 3, 4]) == 2  # a miss ends the run
+
+
+@pytest.mark.parametrize(("mode", "evicted", "host_hit_20"), [("shortfall", 1, 1), ("full_retry", 2, 0)])
+def test_host_backup_eviction_shortfall_evicts_only_what_is_missing(mode, evicted, host_hit_20):
+    """Device 3 pages, host 4, page = 1 key. [10], [20], [30] fill the device and take 3 host pages;
+    [40, 41] evicts [10] and [20] from the device (H-only). Its backup needs 2 host pages and 1 is
+    free: ``shortfall`` evicts the 1 missing (the LRU H-only leaf, [10]); ``full_retry`` evicts the
+    node's whole 2 pages ([10] and [20]) before retrying. Both backups then succeed."""
+    c = new_cache(page_size=1, device_pages=3, host_pages=4, host_backup_eviction=mode)
+    for k in (10, 20, 30):
+        put(c, [k])
+        settle(c)
+    put(c, [40, 41])
+    settle(c)
+    assert c.counters.host_evicted_pages == evicted
+    assert c.counters.backup_failures == 0
+    assert c.match_prefix([20]).host_hit_pages == host_hit_20

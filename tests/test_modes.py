@@ -59,7 +59,15 @@ def test_every_workload_in_both_modes(kind, mode):
     out = simulate(sc, check_invariants=True)
     s = out.summary
     assert s["requests"] == len(out.requests) > 0
-    assert s["requests_finished"] + s["requests_rejected"] == s["requests"]
+    # Exactly the requests whose prompt exceeds the 160-page device pool are rejected (only the trace
+    # has such prompts), every other one is served, and the summary counts the table's rows.
+    req = out.requests
+    assert ((req["status"] == "rejected") == (req["prompt_pages"] > 160)).all()
+    assert (req["status"].isin(["finished", "rejected"])).all()
+    assert s["requests_rejected"] == int((req["prompt_pages"] > 160).sum())
+    assert s["requests_finished"] == int((req["status"] == "finished").sum())
+    hits = out.requests[[f"{t}_hit_tokens" for t in ("device", "host", "storage")]].sum(axis=1)
+    assert (hits <= out.requests["prompt_tokens"]).all()
     assert 0.0 <= s["hit_rate"]["total"] <= 1.0
     if mode == "timed":
         assert s["ttft_s"]["p50"] is not None and s["ttft_s"]["p50"] > 0
