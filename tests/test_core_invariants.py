@@ -64,3 +64,163 @@ def test_device_page_never_handed_out(cache):
         check(cache)
     want = f"[9 slots] device page 15 held by node {node.id} was never handed out (pool has {fresh} in use or freed)"
     assert str(e.value) == want
+
+
+# ------------------------------------------------- one corruption per rule, the whole message asserted
+
+
+def _fails_with(cache, message: str) -> None:
+    with pytest.raises(InvariantError) as e:
+        check(cache)
+    assert str(e.value) == message
+
+
+def test_shape_node_reachable_twice(cache):
+    a, leaf = node_at(cache, [1, 2]), node_at(cache, [1, 2, 3])
+    other = node_at(cache, [1, 2, 9, 9])
+    other.children[3] = leaf  # also under another parent
+    _fails_with(cache, f"[1 shape] node {leaf.id} is child of {other.id} but its parent is {a.id}")
+
+
+def test_shape_child_indexed_under_the_wrong_key(cache):
+    a, leaf = node_at(cache, [1, 2]), node_at(cache, [1, 2, 3])
+    a.children[7] = a.children.pop(3)
+    _fails_with(cache, f"[1 shape] node {leaf.id} indexed under 7 but its first key is 3")
+
+
+def test_lengths_device_pages_vs_keys(cache):
+    leaf = node_at(cache, [1, 2, 3])
+    leaf.value = [*leaf.value, 15]
+    _fails_with(cache, f"[3 lengths] node {leaf.id}: 2 device pages for 1 keys")
+
+
+def test_device_prefix_closure(cache):
+    a, leaf = node_at(cache, [1, 2]), node_at(cache, [1, 2, 3])
+    a.value = None  # the parent left the device, its child did not
+    _fails_with(cache, f"[4 device prefix-closure] node {leaf.id} is on device but its parent {a.id} is not")
+
+
+def test_no_empty_nodes(cache):
+    a, leaf = node_at(cache, [1, 2]), node_at(cache, [1, 2, 3])
+    leaf.value = leaf.host_value = None
+    a.n_dev_children -= 1  # the parent's counts agree: only the empty node is wrong
+    a.n_host_children -= 1
+    _fails_with(cache, f"[5 no empty nodes] node {leaf.id} has neither device nor host copy")
+
+
+def test_host_prefix_closure_under_write_through(cache):
+    a, leaf = node_at(cache, [1, 2]), node_at(cache, [1, 2, 3])
+    a.host_value = None  # the child stays backed up
+    _fails_with(cache, f"[15 host prefix-closure] node {leaf.id} is backed up but its parent {a.id} is not")
+
+
+def test_host_boundary_under_the_boundary_rule():
+    c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction="boundary", write_policy="write_back")
+    put(c, [1, 2, 3])
+    put(c, [1, 2, 9])
+    settle(c)
+    a, leaf = node_at(c, [1, 2]), node_at(c, [1, 2, 3])
+    leaf.host_value, leaf.value = leaf.value, None  # H-only, under a parent without host copy
+    a.n_dev_children -= 1
+    a.n_host_children += 1
+    _fails_with(c, f"[15 host boundary] H-only node {leaf.id} hangs under node {a.id} without host copy")
+
+
+def test_child_counts(cache):
+    a = node_at(cache, [1, 2])
+    a.n_dev_children += 1
+    _fails_with(cache, f"[8 child counts] node {a.id} counts 3 device children")
+
+
+def test_locks_child_locked_more_than_parent(cache):
+    a, leaf = node_at(cache, [1, 2]), node_at(cache, [1, 2, 3])
+    leaf.lock_ref = 1
+    _fails_with(cache, f"[6 locks] node {leaf.id} lock_ref 1 > parent {a.id} lock_ref 0")
+
+
+def test_locks_negative_host_ref(cache):
+    leaf = node_at(cache, [1, 2, 3])
+    leaf.host_ref = -1
+    _fails_with(cache, f"[6 locks] node {leaf.id} lock_ref 0 host_ref -1")
+
+
+def test_accounting_evictable_bumped(cache):
+    cache.evictable_pages += 1
+    _fails_with(cache, "[7 accounting] evictable 6 + protected 0 != 5 device pages in the tree")
+
+
+def test_accounting_protected_bumped(cache):
+    cache.protected_pages += 1
+    cache.evictable_pages -= 1
+    _fails_with(cache, "[7 accounting] evictable 4 != 5 unlocked device pages")
+
+
+def test_device_candidate_missing(cache):
+    leaf = node_at(cache, [1, 2, 3])
+    del cache._dev_cands[leaf]
+    _fails_with(cache, f"[8 device leaves] candidate set differs: extra nodes [], missing [{leaf.id}]")
+
+
+def test_device_candidate_key_changed_behind_the_heaps_back(cache):
+    leaf = node_at(cache, [1, 2, 3])
+    leaf.last_access += 1000  # touched without re-queueing
+    _fails_with(cache, f"[8 device leaves] node {leaf.id} queued under a stale key")
+
+
+def test_host_candidate_extra():
+    c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction="reclaim_mirrors")
+    put(c, [1, 2, 3])
+    put(c, [1, 2, 9])
+    settle(c)
+    a = node_at(c, [1, 2])
+    c._host_cands[a] = c.host_rule.key(c, a)  # a parent with host children is no host leaf
+    _fails_with(c, f"[8 host leaves] candidate set differs: extra nodes [{a.id}], missing []")
+
+
+def test_pending_write_of_an_unlocked_node(cache):
+    leaf = node_at(cache, [1, 2, 3])
+    cache.ongoing_write[999] = (leaf, 1)
+    _fails_with(cache, f"[15 write_backup] node {leaf.id} has a pending write 999 but is not locked")
+
+
+def test_pending_load_of_an_unlocked_node(cache):
+    leaf = node_at(cache, [1, 2, 3])
+    cache.ongoing_load[999] = leaf
+    _fails_with(cache, f"[16 load_back] node {leaf.id} has a pending load 999 but is not locked")
+
+
+def test_prefetch_occupancy(cache):
+    cache.prefetch_occupied_pages += 2
+    _fails_with(cache, "[17 prefetch] occupied 2 pages != 0 in ongoing ops")
+
+
+def test_root_lock(cache):
+    cache.root.lock_ref = 0
+    _fails_with(cache, "[6 locks] root lock_ref is 0, must be >= 1")
+
+
+def test_untracked_host_duplicate():
+    """write_back (unified): [1, 2, 3] is written back when [7, 8, 9] needs the device, then loaded
+    back; at the load's ack it is a full host duplicate, which must be tracked."""
+    c = new_cache(page_size=1, device_pages=3, host_pages=8, write_policy="write_back", load_back_threshold_tokens=1)
+    put(c, [1, 2, 3])
+    put(c, [7, 8, 9])
+    dup = node_at(c, [1, 2, 3])
+    assert c.load_back(dup) is dup
+    settle(c)
+    assert c._track_dups and c.is_settled_duplicate(dup)
+    del c.host_duplicates[dup]
+    _fails_with(c, f"[23 host duplicates] node {dup.id} is D+H with nothing in flight but not tracked")
+
+
+def test_tracked_duplicate_no_longer_in_the_tree():
+    c = new_cache(page_size=1, device_pages=3, host_pages=8, write_policy="write_back", load_back_threshold_tokens=1)
+    put(c, [1, 2, 3])
+    settle(c)
+    ghost = node_at(c, [1, 2, 3])
+    c.root.children.pop(1)  # gone from the tree, its slots freed, but still tracked
+    c.device.free(ghost.value)
+    c._dev_cands.pop(ghost, None)
+    c.evictable_pages -= 3
+    c.host_duplicates[ghost] = None
+    _fails_with(c, f"[23 host duplicates] node {ghost.id} is tracked as a duplicate but is no longer in the tree")
