@@ -216,3 +216,32 @@ def test_host_backup_eviction_shortfall_evicts_only_what_is_missing(mode, evicte
     assert c.counters.host_evicted_pages == evicted
     assert c.counters.backup_failures == 0
     assert c.match_prefix([20]).host_hit_pages == host_hit_20
+
+
+# Backups (counters.backups) after a request for [1, 2, 3], a second one for the same prompt, and one
+# for [5, 6, 7, 8], which pushes [1, 2, 3] off the 4-page device. Derived from each policy's rule:
+# copy every new node at its first insert (so [5, 6, 7, 8] too), at its second insert-hit, or only
+# when it leaves the GPU.
+EXPECTED_BACKUPS = {
+    "write_through": (1, 1, 2),
+    "write_through_selective": (0, 1, 1),
+    "write_back": (0, 0, 1),
+}
+
+
+def test_every_registered_write_policy_is_covered():
+    from hicache_sim.core.policies import WRITE_POLICIES
+
+    assert set(WRITE_POLICIES.names()) == set(EXPECTED_BACKUPS)
+
+
+@pytest.mark.parametrize("policy", sorted(EXPECTED_BACKUPS))
+def test_when_each_write_policy_copies_to_host(policy):
+    c = new_cache(page_size=1, device_pages=4, host_pages=16, write_policy=policy)
+    seen = []
+    for keys in ([1, 2, 3], [1, 2, 3], [5, 6, 7, 8]):
+        put(c, keys)
+        settle(c)
+        seen.append(c.counters.backups)
+    assert tuple(seen) == EXPECTED_BACKUPS[policy]
+    assert c.match_prefix([1, 2, 3]).host_hit_pages == 3

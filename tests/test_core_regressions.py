@@ -184,3 +184,24 @@ def test_30106_attach_point_that_lost_its_host_copy_meanwhile():
             assert node.parent is c.root or node.parent.host_value is not None
     assert c.host.used() == 2 and anchor.host_ref == 0
     settle(c)
+
+
+# ------------------------------------------------------------------ candidate refresh of the parent
+
+
+def test_a_child_backed_up_takes_its_parent_out_of_the_host_candidates():
+    """Found by fresh random examples, missed by the fixed ones: under reclaim_mirrors a D+H node with
+    no backed-up child is a host leaf; once its child gets a host copy it is not, and the candidate set
+    must say so at once (else evict_host could free a parent under a backed-up child)."""
+    c = new_cache(
+        page_size=1, device_pages=16, host_pages=16, write_policy="write_back", host_eviction="reclaim_mirrors"
+    )
+    put(c, [1, 2])
+    put(c, [1, 2, 3])
+    parent, child = node_at(c, [1, 2]), node_at(c, [1, 2, 3])
+    assert c.write_backup(parent, write_back=True) == 2
+    settle(c)
+    assert parent in c._host_cands and child not in c._host_cands
+    assert c.write_backup(child, write_back=True) == 1
+    assert parent not in c._host_cands and child in c._host_cands
+    settle(c)
