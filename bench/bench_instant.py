@@ -51,8 +51,12 @@ def timed_run(requests, rule: str) -> tuple[float, float, dict]:
     res = run_instant(config(rule), requests)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     rate = res.page_hit_rate()
-    info = {"l1": rate["device"], "l12": rate["device"] + rate["host"], "rejected": len(res.rejected),
-            "failed_host_allocations": res.cache.counters.failed_host_allocations}
+    info = {
+        "l1": rate["device"],
+        "l12": rate["device"] + rate["host"],
+        "rejected": len(res.rejected),
+        "failed_host_allocations": res.cache.counters.failed_host_allocations,
+    }
     return cpu, wall, info
 
 
@@ -70,8 +74,11 @@ def profile_run(requests, rule: str, top: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per rule (median reported)")
-    ap.add_argument("--rules", default="evicted_only,reclaim_mirrors,boundary",
-                    help="host-eviction rules to time (the first is the headline)")
+    ap.add_argument(
+        "--rules",
+        default="evicted_only,reclaim_mirrors,boundary",
+        help="host-eviction rules to time (the first is the headline)",
+    )
     ap.add_argument("--profile", action="store_true", help="cProfile one run of the first rule")
     ap.add_argument("--top", type=int, default=15, help="functions shown in the profile")
     ap.add_argument("--output", type=Path, help="write the results as markdown here")
@@ -118,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|---|---|",
     ]
     for rule, cpu, cpu_min, wall, info in rows:
-        lines.append(f"| {rule} | {cpu:.3f} ({cpu_min:.3f}) | {wall:.3f} | {n_req / cpu:,.0f} | {n_refs / cpu:,.0f} | "
-                     f"{info['l1']:.4f} | {info['l12']:.4f} | {info['failed_host_allocations']:,} |")
+        lines.append(
+            f"| {rule} | {cpu:.3f} ({cpu_min:.3f}) | {wall:.3f} | {n_req / cpu:,.0f} | {n_refs / cpu:,.0f} | "
+            f"{info['l1']:.4f} | {info['l12']:.4f} | {info['failed_host_allocations']:,} |"
+        )
     ok_cpu = head_cpu < CPU_TARGET_S
     ok_rss = rss < RSS_TARGET_MB
     lines += [
@@ -131,12 +140,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{'met' if ok_rss else 'MISSED'} ({rss:.0f} MB).",
     ]
     if ok_cpu and ok_rss:
-        lines += ["", "The target is met with the core as written, so it was not optimised. The profile shows "
-                  "where the time goes: candidate-set bookkeeping (`_refresh` on every lock, touch and "
-                  "value change), then insert / match / write_backup."]
+        lines += [
+            "",
+            "The target is met with the core as written, so it was not optimised. The profile shows "
+            "where the time goes: candidate-set bookkeeping (`_refresh` on every lock, touch and "
+            "value change), then insert / match / write_backup.",
+        ]
     if profile:
-        lines += ["", f"## cProfile of one `{head_rule}` run (top {args.top} by own time)", "", "```",
-                  profile.strip(), "```"]
+        lines += [
+            "",
+            f"## cProfile of one `{head_rule}` run (top {args.top} by own time)",
+            "",
+            "```",
+            profile.strip(),
+            "```",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:

@@ -63,9 +63,15 @@ def one_run(label: str, times: int, overrides: list[str], profile: bool = False,
     done = [x for x in res.requests if x["status"] == "finished"]
     prompt = sum(x["input_tokens"] for x in done) or 1
     row = {
-        "run": label, "requests": len(wl.requests), "finished": len(done), "wall_s": wall,
-        "sim_s": res.sim_time_s, "sim_per_wall": res.sim_time_s / wall, "req_per_s": len(wl.requests) / wall,
-        "us_per_req": wall / len(wl.requests) * 1e6, "events": res.counters["events"],
+        "run": label,
+        "requests": len(wl.requests),
+        "finished": len(done),
+        "wall_s": wall,
+        "sim_s": res.sim_time_s,
+        "sim_per_wall": res.sim_time_s / wall,
+        "req_per_s": len(wl.requests) / wall,
+        "us_per_req": wall / len(wl.requests) * 1e6,
+        "events": res.counters["events"],
         "steps": res.counters["steps"],
         "hit_device": sum(x["device_hit_tokens"] for x in done) / prompt,
         "hit_host": sum(x["host_hit_tokens"] for x in done) / prompt,
@@ -82,10 +88,22 @@ def one_run(label: str, times: int, overrides: list[str], profile: bool = False,
     return row
 
 
-COLUMNS = [("run", "{}"), ("requests", "{:,}"), ("finished", "{:,}"), ("wall_s", "{:.2f}"), ("sim_s", "{:,.0f}"),
-           ("sim_per_wall", "{:,.0f}"), ("req_per_s", "{:,.0f}"), ("us_per_req", "{:.0f}"), ("events", "{:,}"),
-           ("steps", "{:,}"), ("gpu_busy", "{:.0%}"), ("hit_device", "{:.4f}"), ("hit_host", "{:.4f}"),
-           ("ttft_p50_s", "{:,.2f}")]
+COLUMNS = [
+    ("run", "{}"),
+    ("requests", "{:,}"),
+    ("finished", "{:,}"),
+    ("wall_s", "{:.2f}"),
+    ("sim_s", "{:,.0f}"),
+    ("sim_per_wall", "{:,.0f}"),
+    ("req_per_s", "{:,.0f}"),
+    ("us_per_req", "{:.0f}"),
+    ("events", "{:,}"),
+    ("steps", "{:,}"),
+    ("gpu_busy", "{:.0%}"),
+    ("hit_device", "{:.4f}"),
+    ("hit_host", "{:.4f}"),
+    ("ttft_p50_s", "{:,.2f}"),
+]
 
 
 def table(rows: list[dict]) -> str:
@@ -100,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/bench/timed.md")
     ap.add_argument("--repeats", default="1,2,4")
     ap.add_argument("--trials", type=int, default=1, help="runs per row; the fastest is reported")
-    ap.add_argument("--gc-check", action="store_true",
-                    help="also time the smallest and largest repeat with the garbage collector off")
+    ap.add_argument(
+        "--gc-check",
+        action="store_true",
+        help="also time the smallest and largest repeat with the garbage collector off",
+    )
     ap.add_argument("--profile", action="store_true", help="cProfile a 1x run and append the top functions")
     args = ap.parse_args(argv)
     rows = []
@@ -149,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- Cost per request relative to 1x: {', '.join(f'{x:.2f}' for x in flat)} "
         f"({args.repeats.replace(',', 'x, ')}x), best of {max(1, args.trials)} run(s) each. The longer runs also "
         "carry a proportionally longer waiting queue (the trace overloads the GPU, see below) and a larger heap "
-        "for the garbage collector (every request record and transfer is kept)"
-        + gc_note,
+        "for the garbage collector (every request record and transfer is kept)" + gc_note,
         f"- Load: the trace is not trivial for one H200. At its own arrival rate the GPU is busy "
         f"{full['gpu_busy']:.0%} of the {full['sim_s']:,.0f} simulated seconds (the trace spans "
         f"{full['span_s']:,.0f} s): prompts average {full['mean_input']:,.0f} tokens, about "
@@ -161,8 +181,14 @@ def main(argv: list[str] | None = None) -> int:
         "`events`: SimPy events; `steps`: scheduler steps (prefill batches + decode steps).",
     ]
     if profile:
-        lines += ["", "cProfile of a separate 1x run (top functions by own time; profiling slows it down):", "",
-                  "```", profile.strip(), "```"]
+        lines += [
+            "",
+            "cProfile of a separate 1x run (top functions by own time; profiling slows it down):",
+            "",
+            "```",
+            profile.strip(),
+            "```",
+        ]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
