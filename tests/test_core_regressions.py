@@ -205,3 +205,31 @@ def test_a_child_backed_up_takes_its_parent_out_of_the_host_candidates():
     assert c.write_backup(child, write_back=True) == 1
     assert parent not in c._host_cands and child in c._host_cands
     settle(c)
+
+
+# ------------------------------------------------- H-only pages under the boundary rule (deep profile)
+
+
+@pytest.mark.parametrize("rule", ["boundary", "evicted_only"])
+def test_prefetch_never_attaches_h_only_pages_under_a_device_only_node(rule):
+    """Found by the deep hypothesis profile: with the boundary rule (H-only nodes must hang under a host
+    copy) and write_through_selective (a first insert makes no host copy), a storage prefetch below a
+    D-only node attached H-only pages there. Every rule now asks the host rule's one predicate, so the
+    prefetch is revoked, as it already was for the prefix-closed rules."""
+    c = new_cache(
+        page_size=1,
+        device_pages=8,
+        host_pages=8,
+        write_policy="write_through_selective",
+        host_eviction=rule,
+        storage=True,
+        prefetch_threshold_tokens=1,
+    )
+    put(c, [1, 2])
+    settle(c)
+    anchor = node_at(c, [1, 2])
+    assert anchor.state() == "D"
+    c.storage.put(chain_hashes(None, [1, 2, 3, 4]))
+    assert c.prefetch("r1", anchor, [3, 4], 0.0) is None
+    assert c.counters.prefetch_revoked == 1
+    settle(c)

@@ -39,6 +39,20 @@ class HostEvictionRule:
     #: upstream does? Rules that order mirrors themselves say no.
     reclaims_duplicates = True
 
+    def host_set_prefix_closed(self, cache: HiCache) -> bool:
+        """Must every host copy's parent have one too (or be the root)? Write-through with a
+        prefix-closed rule keeps it, unless the 2025 semantics (no parent guard) run; write-back
+        never promises it."""
+        return (
+            self.prefix_closed_host and cache.write_policy.threshold is not None and cache.sem.parent_backup != "none"
+        )
+
+    def h_only_needs_host_parent(self, cache: HiCache) -> bool:
+        """May an H-only node hang only under a host copy (or the root)? The one predicate behind the
+        checker and every place that attaches H-only pages (prefetch): a prefix-closed host set, or a
+        demoting rule whose boundary invariant asks for it."""
+        return self.host_set_prefix_closed(cache) or self.demotes
+
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         """Host-eviction candidate (read-only)."""
         return (

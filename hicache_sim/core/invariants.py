@@ -61,14 +61,9 @@ def _check_shape(cache: HiCache, nodes: list[Node]) -> None:
 
 
 def _check_states(cache: HiCache, nodes: list[Node]) -> None:
-    # Write-through keeps the host set prefix-closed unless the 2025 semantics (no parent guard) run;
-    # the boundary rule only needs H-only nodes under a host copy. Write-back needs neither.
-    prefix_closed = (
-        cache.host_rule.prefix_closed_host
-        and cache.write_policy.threshold is not None
-        and cache.sem.parent_backup != "none"
-    )
-    boundary = prefix_closed or cache.host_rule.demotes
+    # The host rule says which of the two host invariants this configuration promises.
+    prefix_closed = cache.host_rule.host_set_prefix_closed(cache)
+    boundary = cache.host_rule.h_only_needs_host_parent(cache)
     for node in nodes:
         parent = node.parent
         if node.value is not None and parent.value is None:

@@ -98,12 +98,11 @@ class PrefetchMixin(CacheState):
             return None
         if (
             not self.buffer_only
-            and self.host_rule.prefix_closed_host
-            and self.write_policy.threshold
             and anchor is not self.root
             and anchor.host_value is None
+            and self.host_rule.h_only_needs_host_parent(self)
         ):
-            # H-only pages under a D-only node would break the prefix-closed host set (#30106).
+            # H-only pages under a D-only node would break the host invariant (#30106).
             c.prefetch_revoked += 1
             return None
         hashes = chain_hashes(anchor.hashes[-1] if anchor.hashes else None, keys)
@@ -295,13 +294,8 @@ class PrefetchMixin(CacheState):
         if pos:
             self.host.free(host_pages[:pos])
         if pos < n:
-            if (
-                node is not self.root
-                and node.host_value is None
-                and self.host_rule.prefix_closed_host
-                and self.write_policy.threshold
-            ):
-                # The attach point lost its host copy meanwhile: keep the host set prefix-closed.
+            if node is not self.root and node.host_value is None and self.host_rule.h_only_needs_host_parent(self):
+                # The attach point lost its host copy meanwhile: keep the host invariant.
                 self.host.free(host_pages[pos:])
                 return n
             leaf = self._new_node(keys[pos:])
