@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +95,6 @@ class ReplayRun:
     pools: dict
     device: str
     device_name: str
-    meta: dict = field(default_factory=dict)
 
 
 def replay_transfers(

@@ -58,22 +58,3 @@ class Transfer:
             "blocking": self.blocking,
             "issued_at": self.issued_at,
         }
-
-
-TRANSFER_LOG_COLUMNS = (
-    "id",
-    "kind",
-    "reason",
-    "pages",
-    "bytes",
-    "device_pages",
-    "host_pages",
-    "request_id",
-    "blocking",
-    "issued_at",
-    "start_s",
-    "end_s",
-    "duration_s",
-)
-"""Columns of a transfer log. ``start_s``/``end_s``/``duration_s`` are filled by the timed world
-(simulated) or by the replay harness (measured); instant mode leaves them empty."""

@@ -54,16 +54,6 @@ class Node:
         self.pending_write: int | None = None
         self.pending_load: int | None = None
 
-    @property
-    def evicted(self) -> bool:
-        """True when the node has no device copy."""
-        return self.value is None
-
-    @property
-    def backuped(self) -> bool:
-        """True when the node has a host copy."""
-        return self.host_value is not None
-
     def state(self) -> str:
         """'D', 'H', 'D+H' or '-' (a state the tree must never keep)."""
         if self.value is not None:
