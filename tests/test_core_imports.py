@@ -57,3 +57,31 @@ def test_importing_the_core_loads_none_of_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_core_modules_import_from_the_ground_floor_up():
+    """No circle among the core's modules, type-checking imports included: each module can be read
+    knowing only the modules below it (errors, tree, transfers, ... up to cache)."""
+    graph = {}
+    for f in CORE.glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps |= {node.module} if node.module else {a.name for a in node.names}
+        graph[f.stem] = {d.split(".")[0] for d in deps} - {f.stem}
+    graph.pop("__init__")
+    order, state = [], {}
+
+    def visit(m, path):
+        if state.get(m) == "done":
+            return
+        assert state.get(m) != "open", "import circle: " + " -> ".join([*path, m])
+        state[m] = "open"
+        for d in sorted(graph.get(m, ())):
+            visit(d, [*path, m])
+        state[m] = "done"
+        order.append(m)
+
+    for m in sorted(graph):
+        visit(m, [])
+    assert order.index("errors") < order.index("policies") < order.index("state") < order.index("cache")

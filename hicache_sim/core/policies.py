@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .registry import Registry
 
 if TYPE_CHECKING:
-    from .prefetch import PrefetchOp
+    from .prefetch_op import PrefetchOp
     from .tree import Node
 
 

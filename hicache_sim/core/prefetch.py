@@ -15,33 +15,11 @@ Lifecycle of one request's prefetch (the caller decides *when* each step happens
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from .prefetch_op import PrefetchOp
 from .sizing import prefetch_capacity_limit_tokens, prefetch_timeout_s
 from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node, chain_hashes, match_len
-
-
-@dataclass(slots=True)
-class PrefetchOp:
-    """An ongoing storage prefetch. Pages unless stated; ``start_time`` in simulated seconds."""
-
-    rid: str
-    anchor: Node
-    pin: str  # "host" (protect_host) or "lock" (inc_lock_ref) or "none" (root)
-    keys: list[int]
-    hashes: list[int]
-    start_time: float
-    host_pages: list[int] | None = None
-    hit_pages: int | None = None
-    completed_pages: int = 0
-    terminated: bool = False
-    transfer_ids: list[int] = field(default_factory=list)
-
-    def is_complete(self) -> bool:
-        """Every hit page arrived. An empty hit counts as not complete, as upstream."""
-        return bool(self.hit_pages) and self.completed_pages >= self.hit_pages
 
 
 class PrefetchMixin(CacheState):
