@@ -17,6 +17,7 @@ from .policies import (
     HOST_MEMORY_MODES,
     PREFETCH_STOP_POLICIES,
     SEMANTIC_CHOICES,
+    SEMANTIC_VALUES,
     SEMANTICS,
     WRITE_POLICIES,
     Semantics,
@@ -113,7 +114,9 @@ class CacheConfig:
     def resolved_semantics(self) -> Semantics:
         """The era's variants with this config's explicit overrides applied."""
         base = SEMANTICS.get(self.semantics)
-        return Semantics(**{name: getattr(self, name) or getattr(base, name) for name in SEMANTIC_CHOICES})
+        chosen = {name: getattr(self, name) or getattr(base, name) for name in SEMANTIC_CHOICES}
+        values = {n: getattr(base, n) if getattr(self, n) is None else getattr(self, n) for n in SEMANTIC_VALUES}
+        return Semantics(**chosen, **values, capacity_formula=base.capacity_formula)
 
     @property
     def has_host(self) -> bool:
@@ -122,28 +125,22 @@ class CacheConfig:
 
     @property
     def timeout_base_s(self) -> float:
-        """Prefetch timeout base (s): 1.0 in 2025, 2.0 in 2026 unless set."""
-        if self.prefetch_timeout_base_s is not None:
-            return self.prefetch_timeout_base_s
-        return 1.0 if self.semantics == "2025" else 2.0
+        """Prefetch timeout base (s): the era's unless set."""
+        return self.resolved_semantics.prefetch_timeout_base_s
 
     @property
     def timeout_per_ki_token_s(self) -> float:
-        """Prefetch timeout slope (s per 1024 tokens): 0.25 in 2025, 0.1 in 2026 unless set."""
-        if self.prefetch_timeout_per_ki_token_s is not None:
-            return self.prefetch_timeout_per_ki_token_s
-        return 0.25 if self.semantics == "2025" else 0.1
+        """Prefetch timeout slope (s per 1024 tokens): the era's unless set."""
+        return self.resolved_semantics.prefetch_timeout_per_ki_token_s
 
     @property
     def timeout_max_s(self) -> float | None:
-        """Prefetch timeout cap (s): none in 2025, 30 s in 2026 unless set."""
-        if self.prefetch_timeout_max_s is not None:
-            return self.prefetch_timeout_max_s
-        return None if self.semantics == "2025" else 30.0
+        """Prefetch timeout cap (s; None: none): the era's unless set."""
+        return self.resolved_semantics.prefetch_timeout_max_s
 
     @property
     def prefetch_capacity_formula(self) -> str:
-        """Which ``prefetch_capacity_limit`` formula applies (see sizing.prefetch_capacity_limit_tokens)."""
-        if self.semantics == "2025":
-            return "2025"
-        return "2026_buffer_only" if self.host_memory_mode == "buffer_only" else "2026"
+        """Which ``prefetch_capacity_limit`` formula applies (see sizing.prefetch_capacity_limit_tokens):
+        the era's, with the 2026 buffer_only variant."""
+        formula = SEMANTICS.get(self.semantics).capacity_formula
+        return f"{formula}_buffer_only" if formula == "2026" and self.host_memory_mode == "buffer_only" else formula

@@ -218,11 +218,21 @@ class Semantics:
     prefetch_flow: str
     write_back_eviction: str
     checkpoint_hits: str
+    #: Prefetch timeout = base + per 1024 tokens x slope, capped (None: no cap); seconds.
+    prefetch_timeout_base_s: float
+    prefetch_timeout_per_ki_token_s: float
+    prefetch_timeout_max_s: float | None
+    #: Which prefetch_capacity_limit formula the era uses (sizing.prefetch_capacity_limit_tokens).
+    capacity_formula: str
 
 
 SEMANTICS: Registry[Semantics] = Registry("semantics", "cache.semantics")
-SEMANTICS.add("2025", Semantics("need", "none", "full_retry", "prealloc", "staged", "never"))
-SEMANTICS.add("2026", Semantics("deficit", "chain", "shortfall", "after_hit", "unified", "past_inserted"))
+SEMANTICS.add("2025", Semantics("need", "none", "full_retry", "prealloc", "staged", "never", 1.0, 0.25, None, "2025"))
+SEMANTICS.add(
+    "2026", Semantics("deficit", "chain", "shortfall", "after_hit", "unified", "past_inserted", 2.0, 0.1, 30.0, "2026")
+)
+#: Numeric era values a config may set explicitly (CacheConfig fields of the same name).
+SEMANTIC_VALUES = ("prefetch_timeout_base_s", "prefetch_timeout_per_ki_token_s", "prefetch_timeout_max_s")
 SEMANTIC_CHOICES = {
     "evict_amount": ("need", "deficit"),
     "parent_backup": ("none", "skip", "chain"),

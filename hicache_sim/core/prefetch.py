@@ -187,9 +187,9 @@ class PrefetchMixin(CacheState):
         """Seconds after its start at which a timeout-policy prefetch may stop."""
         return prefetch_timeout_s(
             (op.hit_pages or 0) * self.page_size,
-            self.config.timeout_base_s,
-            self.config.timeout_per_ki_token_s,
-            self.config.timeout_max_s,
+            self.sem.prefetch_timeout_base_s,
+            self.sem.prefetch_timeout_per_ki_token_s,
+            self.sem.prefetch_timeout_max_s,
         )
 
     def check_prefetch_progress(self, rid: str, now: float) -> bool:
