@@ -41,7 +41,27 @@ def _sizes(r: Resolved) -> dict:
         "host_pages": r.cache.host_pages,
         "host_to_device_ratio": r.host_tokens / r.device_tokens,
         "storage_pages": r.cache.storage_capacity_pages,
+        "gpu_memory": _memory(r),
         "warnings": list(r.warnings),
+    }
+
+
+def _memory(r: Resolved) -> dict | None:
+    """One rank's memory as SGLang profiles it (bytes), and where the capacity comes from."""
+    m = r.memory
+    if m is None:
+        return None
+    hw = r.scenario.hardware
+    return {
+        "capacity_bytes": m.capacity_bytes,
+        "capacity_source": "hardware.memory_mib" if hw.memory_mib else r.gpu.memory_source,
+        "context_bytes": m.context_bytes,
+        "weight_bytes": m.weight_bytes,
+        "mem_fraction_static": m.mem_fraction_static,
+        "mem_fraction_static_source": m.mem_fraction_source,
+        "reserved_bytes": m.reserved_bytes,
+        "kv_pool_bytes": m.kv_pool_bytes,
+        "ranks": {"tp": hw.tp, "pp": hw.pp, "stage_layers": r.stage_layers},
     }
 
 

@@ -1,12 +1,14 @@
 """Scenario YAML schema (pydantic, unknown keys are errors), ``--set`` overrides, and resolution of a
 scenario into the plain objects the core, the world and the replay use.
 
-Units in names: ``*_tokens``, ``*_gb`` (1e9 bytes), ``*_gbps`` (1e9 bytes/s), ``*_us``, ``*_s``.
+Units in names: ``*_tokens``, ``*_gb`` (1e9 bytes), ``*_gbps`` (1e9 bytes/s), ``*_mib`` (2**20 bytes), ``*_us``,
+``*_s``.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .calibration_file import COMPUTE_FIELDS, Calibration, load_calibration
 from .core import (
     EVICTION_STRATEGIES,
     HOST_EVICTION_RULES,
@@ -24,7 +27,19 @@ from .core import (
 )
 from .core.sizing import ModelDims, host_pool_tokens, kv_bytes_per_token
 from .linkmodel import LinkParams
-from .presets import GPUS, IO_BACKENDS, LINKS, MEM_LAYOUTS, MODELS, STORAGE, GPUPreset, ModelPreset
+from .memory import GIB, MIB, MemoryPlan, default_cuda_graph_max_bs, default_mem_fraction_static
+from .presets import (
+    GPUS,
+    IO_BACKENDS,
+    LINKS,
+    MEM_LAYOUTS,
+    MODELS,
+    STORAGE,
+    WEIGHT_BYTES,
+    GPUPreset,
+    ModelPreset,
+    effective_io,
+)
 
 
 class ScenarioError(ValueError):
@@ -63,6 +78,9 @@ class ModelSpec(_Strict):
     qk_rope_head_dim: int | None = Field(None, ge=0, description="MLA rope dimension")
     params_b: float | None = Field(None, gt=0, description="parameters, billions (weights memory)")
     active_params_b: float | None = Field(None, gt=0, description="active parameters per token, billions")
+    weights_dtype: Literal["bf16", "fp16", "fp8"] | None = Field(
+        None, description="dtype of the linear weights (default: the preset's checkpoint, else bf16)"
+    )
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
 
     @field_validator("preset")
@@ -92,12 +110,15 @@ class ModelSpec(_Strict):
 
 
 class PCIeSpec(_Strict):
-    """Host<->device link; unset fields come from the GPU's PCIe generation preset."""
+    """Host<->device link. Unset fields come from the GPU's link preset, for the scenario's io backend
+    (cache.io_backend: each backend has its own peak, launch cost and small-piece curve)."""
 
-    preset: str | None = Field(None, description="gen4 or gen5 (default: the GPU's)")
+    preset: str | None = Field(None, description="gen4, gen5 or gen5_rocm (default: the GPU's)")
     h2d_gbps: float | None = Field(None, gt=0, description="peak host->device GB/s")
     d2h_gbps: float | None = Field(None, gt=0, description="peak device->host GB/s")
-    latency_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="fixed cost per transfer, us")
+    latency_us: float | None = Field(
+        None, ge=0, le=MAX_COST_US, description="fixed cost per copy operation (launch), us"
+    )
     half_efficiency_bytes: float | None = Field(None, ge=0, description="piece size at half of peak, bytes")
     segment_overhead_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="cost per contiguous piece, us")
     sharing: Literal["processor", "fifo"] = Field(
@@ -120,12 +141,43 @@ class StorageSpec(_Strict):
 
 
 class HardwareSpec(_Strict):
+    """The GPUs and their costs. Compute efficiencies and overheads left unset take a calibration
+    file's values (``hardware.calibration``), else the defaults below (sources in
+    docs/reference/hardware-and-models.md)."""
+
     gpu: str = Field("h200", description="GPU preset")
+    memory_mib: int | None = Field(
+        None, gt=0, description="GPU memory the device reports (nvidia-smi memory.total, MiB); default: the preset's"
+    )
     tp: int = Field(1, gt=0, description="tensor-parallel ranks (KV split across them for MHA/GQA)")
-    mem_fraction_static: float = Field(0.88, gt=0, le=1, description="GPU memory for weights + KV pool")
-    mfu: float = Field(0.5, gt=0, le=1, description="fraction of peak FLOP/s prefill reaches")
+    pp: int = Field(
+        1, gt=0, description="pipeline-parallel stages (SGLang --pp-size): layers, weights and KV split evenly"
+    )
+    mem_fraction_static: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of free GPU memory for weights + KV pool (default: SGLang's rule from the GPU "
+        "memory, prefill chunk, CUDA-graph batch size, tp and pp)",
+    )
+    cuda_graph_max_bs: int | None = Field(
+        None, gt=0, description="largest CUDA-graph batch, for the default mem_fraction_static (default: SGLang's)"
+    )
+    cuda_context_mib: float = Field(
+        1024.0, ge=0, description="GPU memory in use before the weights load (CUDA context, NCCL), MiB; estimate"
+    )
+    mfu: float | None = Field(None, gt=0, le=1, description="shorthand: sets linear_mfu and attention_mfu both")
+    linear_mfu: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s the linear layers reach")
+    attention_mfu: float = Field(0.6, gt=0, le=1, description="fraction of peak FLOP/s attention reaches")
     hbm_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth decode reaches")
     step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
+    request_overhead_us: float = Field(
+        1000.0,
+        ge=0,
+        le=MAX_COST_US,
+        description="per-request cost outside the GPU (HTTP, tokenisation, scheduling hops) before the "
+        "scheduler sees it, us",
+    )
     pcie: PCIeSpec = Field(default_factory=PCIeSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     calibration: str | None = Field(None, description="calibration file (hicache-sim calibrate)")
@@ -134,6 +186,13 @@ class HardwareSpec(_Strict):
     @classmethod
     def _gpu_known(cls, v: str) -> str:
         return _in_registry(GPUS, v)
+
+    @model_validator(mode="after")
+    def _one_efficiency_form(self) -> HardwareSpec:
+        both = [k for k in ("linear_mfu", "attention_mfu") if k in self.model_fields_set]
+        if self.mfu is not None and both:
+            raise ValueError(f"give mfu (both efficiencies) or {' and '.join(both)}, not both")
+        return self
 
 
 # ------------------------------------------------------------------------------------------ cache
@@ -368,7 +427,9 @@ class Scenario(_Strict):
 
 @dataclass
 class Resolved:
-    """A scenario turned into the objects the simulator runs on."""
+    """A scenario turned into the objects the simulator runs on. Sizes and bytes are per GPU rank
+    (one tensor-parallel rank of one pipeline stage): ``bytes_per_token`` counts the KV of the
+    ``stage_layers`` layers that rank holds."""
 
     scenario: Scenario
     model: ModelPreset
@@ -381,7 +442,18 @@ class Resolved:
     storage_read_Bps: float
     storage_write_Bps: float
     storage_latency_s: float
+    memory: MemoryPlan | None = None
+    io_backend: str = ""  # the io backend and host layout SGLang runs (after its rewrites)
+    mem_layout: str = ""
+    stage_layers: int = 0
+    compute_knobs: dict[str, float] = field(default_factory=dict)
+    calibration: Calibration | None = None
     warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stage_layers = self.stage_layers or self.model.num_layers
+        self.io_backend = self.io_backend or self.scenario.cache.io_backend
+        self.mem_layout = self.mem_layout or self.scenario.cache.mem_layout
 
     @property
     def page_bytes(self) -> int:
@@ -391,10 +463,15 @@ class Resolved:
     def kv_factor(self) -> int:
         return 1 if self.model.attention == "mla" else 2
 
+    @property
+    def request_overhead_s(self) -> float:
+        return self.compute_knobs.get("request_overhead_us", self.scenario.hardware.request_overhead_us) * 1e-6
 
-def model_dims(model: ModelPreset, dtype: str) -> ModelDims:
+
+def model_dims(model: ModelPreset, dtype: str, layers: int | None = None) -> ModelDims:
+    """Attention dims of ``model`` (``layers``: the layers one pipeline stage holds; default all)."""
     return ModelDims(
-        num_layers=model.num_layers,
+        num_layers=model.num_layers if layers is None else layers,
         attention=model.attention,
         num_kv_heads=model.num_kv_heads,
         head_dim=model.head_dim,
@@ -421,39 +498,92 @@ def check_tp(model: ModelPreset, tp: int) -> None:
             )
 
 
+def check_pp(model: ModelPreset, pp: int) -> None:
+    """Pipeline stages hold equal layer counts here: SGLang also splits unevenly (the last stages take
+    one layer more), which the simulator does not model, so ``pp`` must divide the layers."""
+    if pp > model.num_layers or model.num_layers % pp:
+        raise ConfigError(
+            "hardware.pp",
+            f"{pp} does not divide the {model.num_layers} layers of {model.name}; the simulator models "
+            "equal pipeline stages only (choose a divisor)",
+        )
+
+
+# Compute knobs a calibration file may carry, with their scenario field (same name and unit).
+COMPUTE_KNOBS = tuple(COMPUTE_FIELDS)
+
+
+def compute_knobs(hw: HardwareSpec, cal: Calibration | None) -> dict[str, float]:
+    """Each compute knob: the scenario's value when set there (``mfu`` sets both efficiencies), else
+    the calibration file's, else the default."""
+    given = set(hw.model_fields_set)
+    if hw.mfu is not None:
+        given |= {"linear_mfu", "attention_mfu"}
+    out = {}
+    for k in COMPUTE_KNOBS:
+        if k in given:
+            out[k] = hw.mfu if k in ("linear_mfu", "attention_mfu") and hw.mfu is not None else getattr(hw, k)
+        elif cal is not None and k in cal.compute:
+            out[k] = cal.compute[k]
+        else:
+            out[k] = getattr(hw, k)
+    return out
+
+
+def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> MemoryPlan:
+    """One rank's memory as SGLang profiles it (see :mod:`hicache_sim.memory`)."""
+    hw = sc.hardware
+    mem_mib = hw.memory_mib or gpu.memory_mib
+    weights = model.params_b * 1e9 * WEIGHT_BYTES[model.weights_dtype] / (hw.tp * hw.pp)
+    if hw.mem_fraction_static is not None:
+        mfs, source = hw.mem_fraction_static, "given"
+    else:
+        chunk = sc.scheduler.chunked_prefill_size or sc.scheduler.max_prefill_tokens
+        bs = hw.cuda_graph_max_bs or default_cuda_graph_max_bs(mem_mib, hw.tp)
+        mfs, source = default_mem_fraction_static(mem_mib, chunk, bs, hw.tp, hw.pp), "SGLang default"
+        if mfs <= 0:
+            raise ConfigError(
+                "hardware.mem_fraction_static",
+                f"SGLang's default keeps nothing of {mem_mib} MiB for weights and KV (its activation and "
+                "CUDA-graph reserve is larger); give mem_fraction_static",
+            )
+    return MemoryPlan(mem_mib * MIB, int(hw.cuda_context_mib * MIB), weights, mfs, source)
+
+
 def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     """Sizes in pages, policies, link and storage parameters. Raises ConfigError on an impossible mix."""
     try:
         model = sc.model.resolve()
     except ValueError as e:
         raise ConfigError("model", str(e)) from None
-    gpu = GPUS.get(sc.hardware.gpu)
-    check_tp(model, sc.hardware.tp)
-    dims = model_dims(model, sc.model.dtype)
-    bpt = kv_bytes_per_token(dims, sc.hardware.tp)
+    hw = sc.hardware
+    gpu = GPUS.get(hw.gpu)
+    check_tp(model, hw.tp)
+    check_pp(model, hw.pp)
+    stage_layers = model.num_layers // hw.pp
+    dims = model_dims(model, sc.model.dtype, stage_layers)
+    bpt = kv_bytes_per_token(dims, hw.tp)
     c = sc.cache
     page = c.page_size
     warnings: list[str] = []
-    weights = model.params_b * 1e9 * 2 / sc.hardware.tp
-    budget = gpu.memory_gb * 1e9 * sc.hardware.mem_fraction_static - weights
+    memory = memory_plan(sc, model, gpu)
+    ranks = f"tp {hw.tp} x pp {hw.pp}"
     if c.device_tokens is not None:
         device_tokens = c.device_tokens // page * page
-        if device_tokens * bpt > budget:
+        if device_tokens * bpt > memory.kv_pool_bytes:
             warnings.append(
-                f"device pool of {device_tokens} tokens is {device_tokens * bpt / 1e9:.1f} GB per GPU, more than "
-                f"the {max(budget, 0) / 1e9:.1f} GB a {gpu.name} leaves for KV ({sc.hardware.mem_fraction_static} x "
-                f"{gpu.memory_gb} GB less {weights / 1e9:.1f} GB of weights): no such GPU holds it "
-                f"(raise hardware.tp or lower cache.device_tokens)"
+                f"device pool of {device_tokens} tokens is {device_tokens * bpt / GIB:.1f} GiB per GPU, more than "
+                f"the {max(memory.kv_pool_bytes, 0) / GIB:.1f} GiB {gpu.name} leaves for KV at {ranks} "
+                f"({memory.describe()}): no such GPU holds it (raise hardware.tp or pp, or lower cache.device_tokens)"
             )
     else:
-        if budget <= 0:
+        device_tokens = memory.kv_tokens(bpt, page)
+        if device_tokens < page:
             raise ConfigError(
                 "hardware.mem_fraction_static",
-                f"weights of {model.name} ({weights / 1e9:.1f} GB per rank) do not fit in "
-                f"{sc.hardware.mem_fraction_static} x {gpu.memory_gb} GB; raise tp or give "
-                "cache.device_tokens",
+                f"{model.name} leaves no KV pool on {gpu.name} at {ranks} ({memory.describe()}); "
+                "raise tp or pp, or give cache.device_tokens",
             )
-        device_tokens = int(budget // bpt) // page * page
     if device_tokens < page:
         raise ConfigError("cache.device_tokens", f"device pool must hold at least one page ({page} tokens)")
     if c.host_ratio is None and c.host_size_gb is None and c.host_tokens is None:
@@ -473,11 +603,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         warnings.append(sizing.warning)
     storage_on = c.storage_backend != "none"
     st = STORAGE.get(c.storage_backend) if storage_on else None
-    cap_gb = (
-        sc.hardware.storage.capacity_gb
-        if sc.hardware.storage.capacity_gb is not None
-        else (st.capacity_gb if st else 0.0)
-    )
+    cap_gb = hw.storage.capacity_gb if hw.storage.capacity_gb is not None else (st.capacity_gb if st else 0.0)
     storage_pages = int(cap_gb * 1e9 // (bpt * page)) if storage_on and cap_gb > 0 else None
     cache = CacheConfig(
         page_size=page,
@@ -507,8 +633,14 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         bytes_per_page=bpt * page,
         strict=strict,
     )
-    links = _link_params(sc, gpu)
-    hs = sc.hardware.storage
+    cal = None
+    if hw.calibration:
+        cal = load_calibration(resolve_builtin(hw.calibration, "calibration"))
+    io, layout, note = effective_io(c.io_backend, c.mem_layout)
+    if note:
+        warnings.append(note)
+    links = _link_params(io, layout, sc, gpu, cal)
+    hs = hw.storage
     return Resolved(
         scenario=sc,
         model=model,
@@ -521,38 +653,35 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         storage_read_Bps=(hs.read_gbps or (st.read_gbps if st else 1.0)) * 1e9,
         storage_write_Bps=(hs.write_gbps or (st.write_gbps if st else 1.0)) * 1e9,
         storage_latency_s=(hs.latency_us if hs.latency_us is not None else (st.latency_us if st else 0.0)) * 1e-6,
+        memory=memory,
+        io_backend=io,
+        mem_layout=layout,
+        stage_layers=stage_layers,
+        compute_knobs=compute_knobs(hw, cal),
+        calibration=cal,
         warnings=warnings,
     )
 
 
-def _link_params(sc: Scenario, gpu: GPUPreset) -> dict[str, LinkParams]:
-    """Per direction ('h2d', 'd2h') link parameters: calibration file, else preset with overrides."""
+def _link_params(io: str, layout: str, sc: Scenario, gpu: GPUPreset, cal: Calibration | None) -> dict[str, LinkParams]:
+    """Per direction ('h2d', 'd2h') link parameters for io backend ``io`` and host layout ``layout``:
+    the calibration file's group, else the link preset's curve for the backend with the scenario's
+    overrides."""
     p = sc.hardware.pcie
-    base = LINKS.get(p.preset or gpu.pcie)
-    io = sc.cache.io_backend
-    overhead_us = (
-        p.segment_overhead_us
-        if p.segment_overhead_us is not None
-        else (base.segment_overhead_us_kernel if io == "kernel" else base.segment_overhead_us_direct)
-    )
+    curve = LINKS.get(p.preset or gpu.pcie).curve(io)
+    given = {
+        "latency_s": None if p.latency_us is None else p.latency_us * 1e-6,
+        "half_efficiency_bytes": p.half_efficiency_bytes,
+        "segment_overhead_s": None if p.segment_overhead_us is None else p.segment_overhead_us * 1e-6,
+    }
     out = {}
-    for direction, gbps in (("h2d", p.h2d_gbps or base.h2d_gbps), ("d2h", p.d2h_gbps or base.d2h_gbps)):
-        out[direction] = LinkParams(
-            bandwidth_Bps=gbps * 1e9,
-            latency_s=(p.latency_us if p.latency_us is not None else base.latency_us) * 1e-6,
-            half_efficiency_bytes=p.half_efficiency_bytes
-            if p.half_efficiency_bytes is not None
-            else base.half_efficiency_bytes,
-            segment_overhead_s=overhead_us * 1e-6,
-        )
-    if sc.hardware.calibration:
-        from .calibration_file import load_calibration
-
-        cal = load_calibration(resolve_builtin(sc.hardware.calibration, "calibration"))
-        for direction in ("h2d", "d2h"):
-            params = cal.get(direction, io, sc.cache.mem_layout)
-            if params is not None:
-                out[direction] = params
+    for direction, gbps in (("h2d", p.h2d_gbps), ("d2h", p.d2h_gbps)):
+        params = cal.get(direction, io, layout) if cal is not None else None
+        if params is None:
+            bandwidth = None if gbps is None else gbps * 1e9
+            over = {k: v for k, v in {**given, "bandwidth_Bps": bandwidth}.items() if v is not None}
+            params = dataclasses.replace(curve.params(direction, layout), **over)
+        out[direction] = params
     return out
 
 

@@ -63,6 +63,47 @@ SCENARIO_CASES = [
         {**TINY, "model": CUSTOM_MODEL, "hardware": {"tp": 4}}, ["hardware.tp", "6 KV heads"], id="tp-vs-kv-heads"
     ),
     pytest.param(
+        {**TINY, "hardware": {"pp": 3}}, ["hardware.pp", "3 does not divide the 32 layers"], id="pp-vs-layers"
+    ),
+    pytest.param({**TINY, "hardware": {"pp": 0}}, ["hardware.pp", "greater than 0"], id="pp-zero"),
+    pytest.param(
+        {**TINY, "hardware": {"mfu": 0.5, "linear_mfu": 0.6}}, ["hardware", "give mfu", "linear_mfu"], id="mfu-twice"
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"attention_mfu": 1.5}}, ["hardware.attention_mfu", "less than or equal to 1"], id="mfu>1"
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"request_overhead_us": -1}},
+        ["hardware.request_overhead_us", "greater than or equal to 0"],
+        id="negative-request-overhead",
+    ),
+    pytest.param({**TINY, "hardware": {"memory_mib": 0}}, ["hardware.memory_mib", "greater than 0"], id="memory-zero"),
+    pytest.param(
+        {**TINY, "model": {"preset": "llama-3.1-8b", "weights_dtype": "int4"}},
+        ["model.weights_dtype", "'bf16', 'fp16' or 'fp8'"],
+        id="weights-dtype",
+    ),
+    pytest.param(
+        {
+            **TINY,
+            "model": "llama-3.1-70b",
+            "hardware": {"gpu": "a10", "mem_fraction_static": 0.9},
+            "cache": {"page_size": 512, "host_ratio": 0.5},
+        },
+        ["hardware.mem_fraction_static", "llama-3.1-70b leaves no KV pool on a10", "131.50 GiB weights"],
+        id="weights-do-not-fit",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"gpu": "a10", "cuda_graph_max_bs": 100000}},
+        ["hardware.mem_fraction_static", "SGLang's default keeps nothing"],
+        id="reserve-larger-than-gpu",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"calibration": "builtin:no-such-calibration"}},
+        ["no-such-calibration.yaml", "calibration file not found"],
+        id="missing-calibration",
+    ),
+    pytest.param(
         {**TINY, "sweep": {"cache.host_ratio": [0.5, 1, 0.5]}},
         ["sweep", "cache.host_ratio", "twice"],
         id="duplicate-sweep-value",
@@ -87,6 +128,22 @@ def test_bad_scenario(tmp_path, verb, content, fragments):
     before = snapshot(tmp_path)
     extra = ["--out", tmp_path / "out"] if verb == "run" else []
     assert_user_error(invoke(verb, sc, *extra), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("compute", "fragments"),
+    [
+        ({"linear_mfu": 2}, ["cal.yaml", "compute.linear_mfu", "(0, 1]"]),
+        ({"flux": 1}, ["cal.yaml", "compute.flux", "unknown field"]),
+    ],
+)
+def test_bad_compute_section_of_a_calibration_file(tmp_path, compute, fragments):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({"kind": "hicache-sim-calibration", "groups": [], "compute": compute}))
+    sc = write_scenario(tmp_path, {**TINY, "hardware": {"calibration": str(cal)}})
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out"), *fragments)
     assert snapshot(tmp_path) == before
 
 

@@ -9,7 +9,8 @@ import pytest
 from conftest import assert_user_error, invoke
 from test_calibrate_fit import DIRECT, KERNEL, synthetic
 
-from hicache_sim.calibration_file import load_calibration
+from hicache_sim.calibration_file import load_calibration, preset_calibration
+from hicache_sim.presets import LINKS
 from hicache_sim.scenario import PACKAGE_DATA, build_scenario, resolve
 
 SCENARIO = {
@@ -63,13 +64,10 @@ def test_calibrate_writes_a_file_that_changes_a_scenarios_links(tmp_path, measur
     assert with_cal["h2d"] == cal.get("h2d", "kernel", "page_first") != preset["h2d"]
     assert with_cal["h2d"].bandwidth_Bps == pytest.approx(KERNEL.bandwidth_Bps, rel=0.05)
     assert with_cal["d2h"] == cal.get("d2h", "kernel", "page_first")
-    # a layout the file does not cover keeps the preset
-    other = {
-        **SCENARIO,
-        "cache": {**SCENARIO["cache"], "mem_layout": "layer_first"},
-        "hardware": {"calibration": str(out)},
-    }
-    assert resolve(build_scenario(other, "s")).links == preset
+    # a layout the file does not cover keeps the preset (the kernel's curve for that layout)
+    layer_first = {**SCENARIO, "cache": {**SCENARIO["cache"], "mem_layout": "layer_first"}}
+    other = {**layer_first, "hardware": {"calibration": str(out)}}
+    assert resolve(build_scenario(other, "s")).links == resolve(build_scenario(layer_first, "s")).links
 
 
 def test_calibrate_missing_file(tmp_path):
@@ -120,3 +118,13 @@ def test_shipped_calibrations_load_and_cover_every_group(name):
         assert all(e["median_ape_pct"] is not None for e in cal.errors.values())
     sc = {**SCENARIO, "hardware": {"calibration": str(PACKAGE_DATA / "calibration" / f"{name}.yaml")}}
     assert resolve(build_scenario(sc, "s")).links["h2d"] == cal.get("h2d", "kernel", "page_first")
+
+
+@pytest.mark.parametrize("name", ["h100-pcie-public", "h200-pcie-public"])
+def test_public_calibrations_are_the_gen5_link_preset(name):
+    """The uncalibrated files are the preset written out: the same curve per io backend and layout."""
+    shipped = load_calibration(PACKAGE_DATA / "calibration" / f"{name}.yaml")
+    assert shipped.groups == preset_calibration(LINKS.get("gen5"), "", "").groups
+    # kernel and direct differ in per-piece cost (efficiency vs per-call) and in peak
+    assert shipped.get("h2d", "kernel", "page_first").half_efficiency_bytes == 1047
+    assert shipped.get("h2d", "direct", "page_first_direct").segment_overhead_s == 5e-6

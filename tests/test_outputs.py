@@ -102,7 +102,7 @@ def test_huge_pools_cost_no_memory(tmp_path):
         "cache.host_ratio=1000000000",
     )
     assert r.exit_code == 0, r.output
-    assert "GB per GPU, more than" in r.output  # and the pool is said to exceed any H200
+    assert "GiB per GPU, more than" in r.output  # and the pool is said to exceed any H200
 
 
 # ------------------------------------------------------------------------------------ sweeps

@@ -33,6 +33,9 @@ LOADED = {
     "buffer_only": dict(
         cache={"device_tokens": 4096, "host_tokens": 2048, "storage_backend": "3fs", "host_memory_mode": "buffer_only"}
     ),
+    "pipeline_two_stages": dict(
+        cache={"device_tokens": 4096, "host_tokens": 3072, "storage_backend": "local_nvme"}, hardware={"pp": 2}
+    ),
     "fifo_pcie_reclaim_mirrors": dict(
         cache={"device_tokens": 4096, "host_tokens": 3072, "host_eviction": "reclaim_mirrors"},
         hardware={"pcie": {"sharing": "fifo"}},

@@ -18,7 +18,12 @@ PAGE = 64
 BASE = {
     "mode": "timed",
     "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h200", "step_overhead_us": 0.0, "pcie": {"latency_us": 10.0, "segment_overhead_us": 0.0}},
+    "hardware": {
+        "gpu": "h200",
+        "step_overhead_us": 0.0,
+        "request_overhead_us": 0.0,
+        "pcie": {"latency_us": 10.0, "segment_overhead_us": 0.0},
+    },
     "cache": {"page_size": PAGE, "device_tokens": 40 * PAGE, "host_tokens": 200 * PAGE, "host_alignment": "exact"},
     "scheduler": {"chunked_prefill_size": 8192},
     "metrics": {"timeseries_interval_s": 1.0},
@@ -63,7 +68,9 @@ def workload_of(sc: Scenario) -> Workload:
 def instant_compute(r: Resolved) -> ComputeModel:
     """The preset model with a GPU so fast that every step takes ~0 s."""
     return ComputeModel(
-        ComputeParams.from_resolved(r).with_overrides(peak_flops=1e30, hbm_Bps=1e30, step_overhead_s=0.0)
+        ComputeParams.from_resolved(r).with_overrides(
+            peak_flops=1e30, linear_peak_flops=1e30, hbm_Bps=1e30, step_overhead_s=0.0
+        )
     )
 
 
@@ -75,6 +82,7 @@ class FixedCompute:
     decode_s: float = 0.001
     num_layers: int = 32
     step_overhead_s: float = 0.0
+    pp: int = 1  # pipeline stages: ``prefill_s`` is then one stage's time
 
     def prefill_time(self, chunks) -> float:
         return self.prefill_s if any(n for n, _ in chunks) else 0.0

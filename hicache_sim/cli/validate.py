@@ -30,6 +30,8 @@ def validate(
         f"({c.host_pages} pages, {r.host_tokens * r.bytes_per_token / 1e9:.1f} GB per GPU, "
         f"ratio {r.host_tokens / r.device_tokens:.3g})"
     )
+    if r.memory is not None:
+        typer.echo(f"  GPU {r.gpu.name} at tp {sc.hardware.tp} x pp {sc.hardware.pp}: {r.memory.describe()}")
     typer.echo(
         f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
         f"storage {'on' if c.storage else 'off'}"

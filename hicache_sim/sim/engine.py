@@ -20,6 +20,13 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    finish requests (insert into the cache: write-through starts), hand them back (closed-loop
    clients send their next turn).
 
+Pipeline parallelism (``compute.pp`` stages): a prefill batch is a micro-batch that holds the first
+stage for one stage time, so the loop forms the next batch then, while the first one's results (first
+tokens, checkpoints, decode admission) come back ``pp - 1`` stage times later, applied at the next loop
+iteration like an acknowledgement; its requests are in flight meanwhile (a chunked request's next
+chunk waits for its previous one: chunks of one request are not pipelined). A decode step keeps the
+pipeline full with micro-batches of the running batch (see :mod:`.compute`).
+
 The post-prefill insert is not a chunked checkpoint: it counts an insert-hit, so write-through of a
 prompt starts right after its prefill, as in SGLang. Which later inserts count again is
 ``semantics.checkpoint_hits``: HiRadixCache (2025) counts every non-checkpoint insert, so under
@@ -117,6 +124,8 @@ class Scheduler:
         self.decoding = DecodeBatch(self.page, policy.clip_max_new_tokens)
         self.chunked: SimRequest | None = None
         self.prefilling: list[SimRequest] = []
+        self.in_flight: list[Step] = []  # prefill micro-batches still travelling through later stages
+        self.pp = getattr(compute, "pp", 1)
         self.batch_full = False
         self.new_token_ratio = policy.init_new_token_ratio
         self._idle: simpy.Event | None = None
@@ -169,6 +178,8 @@ class Scheduler:
     def _active(self) -> list[SimRequest]:
         active = dict.fromkeys(self.decoding)
         active.update(dict.fromkeys(self.prefilling))
+        for step in self.in_flight:
+            active.update(dict.fromkeys(c.req for c in step.chunks))
         if self.chunked is not None:
             active[self.chunked] = None
         return list(active)
@@ -198,6 +209,10 @@ class Scheduler:
                     self.batch_full = False
                 elif kind == "query":
                     cache.prefetch_query(payload)
+                elif kind == "prefill_done":
+                    step, at = payload
+                    self.in_flight.remove(step)
+                    self._after_prefill(step, at)
                 else:
                     self._take_in(payload)
         if cache.buffer_only:
@@ -277,6 +292,7 @@ class Scheduler:
         cache = self.cache
         now = self.env.now
         running = len(self.decoding) + (1 if self.chunked is not None else 0)
+        running += sum(len(s.chunks) for s in self.in_flight)
         new = 0
         for r, ep in self.waiting:
             if r.state != "waiting" or r.epoch != ep:
@@ -408,24 +424,35 @@ class Scheduler:
             yield ev
             self.counters["blocking_wait_s"] += env.now - t0
         t1 = env.now
+        overhead = compute.step_overhead_s
         if step.kind == "prefill":
             gpu = compute.prefill_time([(c.end - c.start, c.start) for c in step.chunks])
         else:
             gpu = compute.decode_time(step.batch_size, step.kv_tokens)
-        unhidden = compute.step_overhead_s + gpu
+            overhead *= min(self.pp, step.batch_size)  # one scheduler pass per decode micro-batch
+        unhidden = overhead + gpu
         if step.loads:
             yield from self._overlap_loads(step, t1, gpu, unhidden)
         else:
             yield env.timeout(unhidden)
         self.counters["steps"] += 1
         self.counters["busy_s"] += env.now - t0
-        if step.kind == "prefill":
-            self._after_prefill(step)
+        if step.kind == "prefill" and self.pp > 1:
+            self._send_down_the_pipeline(step, (self.pp - 1) * gpu)
+        elif step.kind == "prefill":
+            self._after_prefill(step, env.now)
         else:
             self._after_decode(step)
         self.transport.dispatch(self.cache.take_transfers())
         if self.check_invariants:
             self.check()
+
+    def _send_down_the_pipeline(self, step: Step, rest_s: float) -> None:
+        """The first stage is done with this micro-batch; the other stages finish it ``rest_s`` later."""
+        self.in_flight.append(step)
+        self.prefilling = []
+        done_at = self.env.now + rest_s
+        self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(("prefill_done", (step, done_at))))
 
     def _overlap_loads(self, step: Step, t1: float, gpu: float, unhidden: float) -> Generator:
         """Layer i computes once layer i arrived and layer i - 1 is done; charge what is not hidden."""
@@ -446,10 +473,10 @@ class Scheduler:
         if f > env.now:
             yield env.timeout(f - env.now)
 
-    def _after_prefill(self, step: Step) -> None:
+    def _after_prefill(self, step: Step, now: float) -> None:
+        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission."""
         self.counters["prefill_steps"] += 1
         self.prefilling = []
-        now = self.env.now
         cache = self.cache
         for c in step.chunks:
             r = c.req
@@ -467,7 +494,7 @@ class Scheduler:
             if r.rec.first_token_s is None:
                 r.rec.first_token_s = now
             if r.generated >= r.out_target:
-                self._finish(r)
+                self._finish(r, now)
                 continue
             # SGLang's cache_unfinished_req after the prefill: the prompt becomes shareable while
             # the request decodes (the same node instant mode creates at finish).
@@ -491,8 +518,9 @@ class Scheduler:
         for r in self.decoding.advance():
             self._finish(r)
 
-    def _finish(self, r: SimRequest) -> None:
-        """Cache the finished request: its prompt, or prompt + output where the output's keys are known."""
+    def _finish(self, r: SimRequest, at: float | None = None) -> None:
+        """Cache the finished request: its prompt, or prompt + output where the output's keys are known.
+        ``at``: when its last token came (default now)."""
         st = r.st
         fk = r.req.finish_keys
         if self.policy.insert_output and fk and len(fk) <= len(st.pages):
@@ -500,7 +528,7 @@ class Scheduler:
         self.cache.finish_request(st)
         r.st = None
         r.state = "done"
-        r.rec.finish_s = self.env.now
+        r.rec.finish_s = self.env.now if at is None else at
         r.rec.status = "finished"
         self.batch_full = False
         self.on_done(r)

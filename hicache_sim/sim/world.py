@@ -83,7 +83,9 @@ class World:
             ),
         }
         self.log = TransferLog()
-        layout = KVLayout(sc.cache.mem_layout, resolved.model.num_layers, resolved.kv_factor)
+        self.request_overhead_s = resolved.request_overhead_s
+        # One rank's links and KV: the layers of one pipeline stage (all stages move their share at once).
+        layout = KVLayout(resolved.mem_layout, resolved.stage_layers, resolved.kv_factor)
         self.transport = Transport(
             env,
             cache,
@@ -137,6 +139,9 @@ class World:
         reason = self._never_fits(req)
         if reason:
             self.scheduler.reject(r, reason)
+        elif self.request_overhead_s > 0:
+            # HTTP, tokenisation and the hops to the scheduler: it sees the request this much later.
+            self.env.timeout(self.request_overhead_s).callbacks.append(lambda _ev: self.scheduler.submit(r))
         else:
             self.scheduler.submit(r)
 
