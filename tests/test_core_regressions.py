@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import new_cache, node_at, put, settle
 
-from hicache_sim.core import check
+from hicache_sim.core import CacheConfig, check
 from hicache_sim.core.tree import chain_hashes
 
 RULES = ["evicted_only", "reclaim_mirrors", "boundary"]
@@ -233,3 +233,25 @@ def test_prefetch_never_attaches_h_only_pages_under_a_device_only_node(rule):
     assert c.prefetch("r1", anchor, [3, 4], 0.0) is None
     assert c.counters.prefetch_revoked == 1
     settle(c)
+
+
+def test_a_backup_never_reclaims_its_own_parents_mirror():
+    """Found by the deep hypothesis profile: reclaim_mirrors, write_through, host 6 pages full. A request
+    for [0, 1, 0] re-attaches [1] (H-only) as D+H and backs up the new [0] below it; the host eviction
+    that makes room took [1]'s copy (then a D+H host leaf, the only candidate), leaving a backed-up child
+    under a parent without host copy. The parent's copy is now pinned while its child allocates."""
+    from hicache_sim.instant import run_instant
+    from hicache_sim.workloads import Request
+
+    cfg = CacheConfig(
+        page_size=1,
+        device_pages=8,
+        host_pages=6,
+        write_policy="write_through",
+        host_eviction="reclaim_mirrors",
+        strict=True,
+    )
+    prompts = [(0,), (0, 1), (0, 0, 0, 0), (1, 0, 1, 0), (0, 1, 0)]
+    reqs = [Request(f"q{i}", float(i), len(k), 1, k) for i, k in enumerate(prompts)]
+    res = run_instant(cfg, reqs, chunk_pages=None, reserve_last_token=False, check_invariants=True)
+    assert res.cache.counters.backup_failures == 0

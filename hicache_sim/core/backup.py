@@ -39,7 +39,23 @@ class BackupMixin(CacheState):
                 if mode == "chain" and not self._backup_ancestors(node):
                     return 0
         n = len(node.value)
-        host_pages = self.alloc_host(n)
+        # A prefix-closed host set needs the parent's copy to outlive the host eviction this
+        # allocation may run: under reclaim_mirrors the parent (a D+H host leaf until its child is
+        # backed up) would otherwise be the very mirror reclaimed to make room for its child.
+        parent = node.parent
+        pin = (
+            not write_back
+            and parent is not self.root
+            and parent.host_value is not None
+            and self.host_rule.host_set_prefix_closed(self)
+        )
+        if pin:
+            self.protect_host(parent)
+        try:
+            host_pages = self.alloc_host(n)
+        finally:
+            if pin:
+                self.release_host(parent)
         if host_pages is None:
             self.counters.backup_failures += 1
             return 0
