@@ -165,3 +165,17 @@ def test_30106_attach_point_that_lost_its_host_copy_meanwhile():
             assert node.parent is c.root or node.parent.host_value is not None
     assert c.host.used() == 2 and anchor.host_ref == 0
     settle(c)
+
+
+def test_reclaim_mirrors_never_reclaims_the_parent_copy_a_write_through_backup_hangs_under():
+    """Host full with the parent's mirror, the only candidate: making room for the child's backup must
+    not reclaim it (the child would be backed up under a parent without host copy, breaking the
+    prefix-closed host set); the backup fails instead."""
+    c = new_cache(device_pages=16, host_pages=2, host_eviction="reclaim_mirrors")
+    put(c, [1, 2])
+    settle(c)
+    put(c, [1, 2, 3, 4])
+    parent, child = node_at(c, [1, 2]), node_at(c, [1, 2, 3, 4])
+    assert parent.state() == "D+H" and child.state() == "D"
+    assert c.counters.backup_failures == 1 and c.counters.host_mirror_reclaimed_pages == 0
+    settle(c)

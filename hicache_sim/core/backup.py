@@ -39,7 +39,10 @@ class BackupMixin(CacheState):
                 if mode == "chain" and not self._backup_ancestors(node):
                     return 0
         n = len(node.value)
-        host_pages = self.alloc_host(n)
+        if not write_back and self.host_rule.prefix_closed_host:
+            host_pages = self._alloc_host_keeping(node.parent, n)
+        else:
+            host_pages = self.alloc_host(n)
         if host_pages is None:
             self.counters.backup_failures += 1
             return 0
@@ -71,6 +74,18 @@ class BackupMixin(CacheState):
             chain.append(p)
             p = p.parent
         return all(self.write_backup(anc, enforce_parent=False) > 0 for anc in reversed(chain))
+
+    def _alloc_host_keeping(self, parent: Node, n: int) -> list[int] | None:
+        """``alloc_host`` with ``parent``'s host copy pinned: making room for a write-through backup
+        under a prefix-closed rule must not reclaim the copy the new one hangs under (reclaim_mirrors
+        may reclaim a D+H leaf; evicted_only never reclaims a D+H node, so there it changes nothing)."""
+        if parent is self.root or parent.host_value is None:
+            return self.alloc_host(n)
+        self.protect_host(parent)
+        try:
+            return self.alloc_host(n)
+        finally:
+            self.release_host(parent)
 
     def alloc_host(self, n: int) -> list[int] | None:
         """Allocate ``n`` host pages, evicting from host when short (mutates). None when impossible.
