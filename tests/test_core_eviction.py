@@ -208,35 +208,85 @@ def test_mirror_reclaim_keeps_the_host_set_prefix_closed(rule):
     check(c)
 
 
-def test_reclaim_mirrors_host_not_larger_than_device_takes_mirrors_first_newest_device_page_first():
+def test_reclaim_mirrors_without_h_only_copies_takes_the_newest_mirror_first():
+    # Every copy is a mirror: the one furthest from the device boundary (the newest) goes first.
     c = new_cache(device_pages=16, host_pages=16, host_eviction="reclaim_mirrors")
-    put(c, [1, 2])  # becomes H-only: the only copy left
-    put(c, [3, 4])
-    put(c, [5, 6])
+    for keys in ([1, 2], [3, 4], [5, 6]):
+        put(c, keys)
     settle(c)
-    c.match_prefix([1, 2])
-    c.evict(1)  # lru: [3, 4] leaves the device (oldest), [1, 2] was touched
-    assert node_at(c, [3, 4]).state() == "H"
-    c.match_prefix([5, 6])  # [5, 6] is the most recently used device page
-    assert c.evict_host(1) == 2
-    assert node_at(c, [5, 6]).state() == "D" and node_at(c, [1, 2]).state() == "D+H"
-    assert c.evict_host(1) == 2 and node_at(c, [1, 2]).state() == "D"
-    assert c.evict_host(1) == 2 and 3 not in c.root.children  # finally the H-only node
+    for keys in ([5, 6], [3, 4], [1, 2]):
+        assert c.evict_host(1) == 2 and node_at(c, keys).state() == "D"
     check(c)
 
 
-def test_reclaim_mirrors_host_larger_than_device_takes_h_only_copies_first():
-    # A host that can mirror every device page keeps mirrors; its coldest H-only copy goes first.
-    c = new_cache(device_pages=16, host_pages=24, host_eviction="reclaim_mirrors")
+def mirror_against_h_only(mirror_far_from_boundary: bool):
+    """write_through_selective (a node is backed up at its second insert), reclaim_mirrors. H = [1, 2]
+    is H-only; X = [3, 4] is device-only and the device boundary; M = [5, 6] is a mirror. A locked node
+    Z = [9, 9] advances the clock by 20 touches, either between H and X (H far behind the boundary)
+    or between X and M (M far ahead of it)."""
+    c = new_cache(
+        device_pages=16, host_pages=16, write_policy="write_through_selective", host_eviction="reclaim_mirrors"
+    )
+    put(c, [9, 9])
+    c.inc_lock_ref(node_at(c, [9, 9]))
+
+    def tick():
+        for _ in range(20):
+            c.match_prefix([9, 9])
+
     put(c, [1, 2])
+    put(c, [1, 2])
+    settle(c)
+    if not mirror_far_from_boundary:
+        tick()
     put(c, [3, 4])
+    c.evict(2)
+    if mirror_far_from_boundary:
+        tick()
+    put(c, [5, 6])
     put(c, [5, 6])
     settle(c)
-    c.match_prefix([1, 2])
-    c.evict(1)  # [3, 4] becomes H-only
-    assert c.evict_host(1) == 2 and 3 not in c.root.children
-    assert node_at(c, [1, 2]).state() == node_at(c, [5, 6]).state() == "D+H"
-    assert c.evict_host(1) == 2 and node_at(c, [1, 2]).state() == "D"  # then the newest device page's
+    h, x, m = node_at(c, [1, 2]), node_at(c, [3, 4]), node_at(c, [5, 6])
+    assert (h.state(), x.state(), m.state()) == ("H", "D", "D+H")
+    assert set(c._host_cands) == {h, m}
+    return c, h, m
+
+
+def test_reclaim_mirrors_takes_a_mirror_far_ahead_of_the_device_boundary_before_a_recent_h_only_copy():
+    # M's device copy leaves only after 20 more ticks; H is just behind the boundary: M goes first.
+    c, h, m = mirror_against_h_only(mirror_far_from_boundary=True)
+    assert c.evict_host(1) == 2
+    assert m.state() == "D" and h.state() == "H"
+    check(c)
+
+
+def test_reclaim_mirrors_keeps_a_mirror_near_the_device_boundary_over_a_stale_h_only_copy():
+    # M is about to leave the device (and would be lost without its copy); H is 20 ticks stale.
+    c, h, m = mirror_against_h_only(mirror_far_from_boundary=False)
+    assert c.evict_host(1) == 2
+    assert m.state() == "D+H" and h.parent is None and 1 not in c.root.children
+    check(c)
+
+
+@pytest.mark.parametrize("host_pages", [8, 24])
+def test_reclaim_mirrors_under_write_back_takes_mirrors_first_at_any_host_size(host_pages):
+    # With demotion a mirror's page reaches the host anyway when it leaves the device: mirrors go first.
+    c = new_cache(
+        device_pages=16,
+        host_pages=host_pages,
+        write_policy="write_back",
+        host_eviction="reclaim_mirrors",
+        load_back_threshold_tokens=0,
+    )
+    put(c, [1, 2])
+    put(c, [3, 4])
+    assert c.evict(100) == 4  # both demoted: H-only
+    a, b = node_at(c, [1, 2]), node_at(c, [3, 4])
+    assert c.load_back(a) is a
+    settle(c)
+    assert (a.state(), b.state()) == ("D+H", "H")
+    assert c.evict_host(1) == 2
+    assert a.state() == "D" and b.state() == "H"
     check(c)
 
 

@@ -255,3 +255,17 @@ def test_a_backup_never_reclaims_its_own_parents_mirror():
     reqs = [Request(f"q{i}", float(i), len(k), 1, k) for i, k in enumerate(prompts)]
     res = run_instant(cfg, reqs, chunk_pages=None, reserve_last_token=False, check_invariants=True)
     assert res.cache.counters.backup_failures == 0
+
+
+def test_reclaim_mirrors_never_reclaims_the_parent_copy_a_write_through_backup_hangs_under():
+    """Host full with the parent's mirror, the only candidate: making room for the child's backup must
+    not reclaim it (the child would be backed up under a parent without host copy, breaking the
+    prefix-closed host set); the backup fails instead."""
+    c = new_cache(device_pages=16, host_pages=2, host_eviction="reclaim_mirrors")
+    put(c, [1, 2])
+    settle(c)
+    put(c, [1, 2, 3, 4])
+    parent, child = node_at(c, [1, 2]), node_at(c, [1, 2, 3, 4])
+    assert parent.state() == "D+H" and child.state() == "D"
+    assert c.counters.backup_failures == 1 and c.counters.host_mirror_reclaimed_pages == 0
+    settle(c)

@@ -7,9 +7,14 @@ to keep the rule's invariant.
   reclaims full host duplicates, see ``EvictionMixin._reclaim_duplicates``.)
 - ``reclaim_mirrors``: any host leaf (no child with a host copy) that is unlocked and unpinned is a
   candidate, D+H mirrors included; reclaiming a mirror leaves the node D-only. Reclaiming only host
-  leaves keeps the host set prefix-closed, which write_through relies on. Order: see ``key``. (Plain
-  LRU over both kinds, as #16909 proposed, keeps the host full of mirrors of the newest device
-  pages: no failed allocations, but no L2 hits either; measured on the Mooncake conversation trace.)
+  leaves keeps the host set prefix-closed, which write_through relies on. Order (``key``): both kinds
+  of copy on the strategy's scale, by when they could serve a hit. An H-only copy can now; a mirror
+  only once the device boundary passes its device copy, so it counts as an H-only copy as far behind
+  the boundary as it is ahead of it. No capacity threshold: the old order switched at host = device
+  (mirrors first at or below it, H-only copies first above it), and with ``up_plus_one`` sizing a
+  ratio of 1 gave fewer hits than 0.5 (``results/host_ratio_monotone``). (Plain LRU over both kinds,
+  as #16909 proposed, keeps the host full of mirrors of the newest device pages: no failed
+  allocations, but no L2 hits either; measured on the Mooncake conversation trace.)
 - ``boundary`` (upstream proof of concept, #29049): D+H "duplicate" leaves go first, then H-only
   leaves; the invariant is only that an H-only node's parent has a host copy (or is the root), so a
   device victim without host copy is demoted (written to host) and a D+H victim first makes sure its
@@ -18,6 +23,7 @@ to keep the rule's invariant.
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any
 
 from .policies import HOST_EVICTION_RULES
@@ -90,12 +96,38 @@ class EvictedOnly(HostEvictionRule):
     name = "evicted_only"
 
 
+def _reflect(k: Any, about: Any = None) -> Any:
+    """``2 * about - k`` (``-k`` without ``about``), elementwise for tuple keys: reverses the strategy
+    order around ``about``."""
+    if isinstance(k, tuple):
+        return tuple(2 * b - x for x, b in zip(k, about or (0,) * len(k), strict=True))
+    return -k if about is None else 2 * about - k
+
+
+def _device_boundary(cache: HiCache) -> Any:
+    """Strategy key of the next device victim (the device LRU boundary), or None if none is evictable.
+
+    Drops stale entries off the top of the device heap, as the next pop would; the order is unchanged.
+    """
+    heap, cands = cache._dev_heap, cache._dev_cands
+    while heap:
+        k, _, _, node = heap[0]
+        if cands.get(node) == k:
+            return k
+        heapq.heappop(heap)
+    return None
+
+
 @HOST_EVICTION_RULES.register("reclaim_mirrors")
 class ReclaimMirrors(HostEvictionRule):
     """Host copies of GPU-resident leaves are reclaimable too (the fix #16909 aimed for, reachable)."""
 
     name = "reclaim_mirrors"
     reclaims_duplicates = False
+
+    def __init__(self) -> None:
+        # H-only candidates by key, lazily invalidated like the cache's heaps: the oldest H-only copy.
+        self._h_only: list[tuple[Any, int, Node]] = []
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         return (
@@ -107,17 +139,49 @@ class ReclaimMirrors(HostEvictionRule):
         )
 
     def key(self, cache: HiCache, node: Node) -> Any:
-        # Among mirrors, the one whose device copy the strategy would evict *last* goes first: the host
-        # then keeps copies of the pages about to leave the GPU, which become H-only hits. Whether
-        # mirrors go before H-only copies depends on capacity: a host no larger than the device
-        # cannot mirror every device page, and a mirror of a hot page then crowds out unique content;
-        # a larger host can, and its coldest H-only copy is then worth less than any mirror (without
-        # demotion a reclaimed mirror's page is lost when it leaves the GPU).
+        # One scale for both kinds of copy, the strategy's key, read as "when could this copy serve a
+        # hit". An H-only copy can now: its key is the strategy's. A mirror can only once the device
+        # boundary b (the next device victim's key) has passed its device copy; without demotion a
+        # mirror reclaimed before then loses the page. Reflected around b, a mirror with key k is
+        # worth an H-only copy with key 2b - k: the newest mirror, furthest ahead of the boundary,
+        # counts as an H-only copy as far behind it. (Under LRU, if a page idle for a time t is
+        # expected to wait as long again for its next use, an H-only copy idle for t serves in t; a
+        # mirror first waits until it leaves the device, idle then for as long as the device keeps
+        # pages, and then as long again; the two waits are equal at 2b - k.) That worth rises twice
+        # as fast as the boundary moves, faster than the H-only copies it competes with, while a heap
+        # key stays fixed until the node is refreshed; so the comparison is made when the key is
+        # computed (the mirror becomes a candidate, or is touched): a mirror worth less than the
+        # oldest H-only copy (or with no H-only copy to reclaim instead) keeps key 2b - k and goes
+        # before it; one worth more stays so until it leaves the device, and takes the key it will
+        # then have as an H-only copy, k. With demotion (write_back) a device victim is written to
+        # host as it leaves, so a mirror serves no hit its page would not get anyway: mirrors go
+        # first, newest first.
         k = cache.strategy.key(node)
-        mirrors_first = cache.config.host_pages <= cache.config.device_pages
-        if node.value is not None:
-            return (0 if mirrors_first else 1, tuple(-x for x in k) if isinstance(k, tuple) else -k)
-        return (1 if mirrors_first else 0, k)
+        if node.value is None:
+            heapq.heappush(self._h_only, ((1, k), node.id, node))
+            if len(self._h_only) > 2 * len(cache._host_cands) + 1024:
+                self._compact(cache)
+            return (1, k)
+        if cache.write_policy.backup_at_eviction or self.demotes:
+            return (0, _reflect(k))
+        b = _device_boundary(cache)
+        worth = k if b is None else _reflect(k, b)
+        oldest = self._oldest_h_only(cache)
+        return (1, worth if oldest is None or worth < oldest else k)
+
+    def _oldest_h_only(self, cache: HiCache) -> Any:
+        """Strategy key of the H-only candidate reclaimed first, or None (drops stale entries)."""
+        heap = self._h_only
+        while heap:
+            k, _, node = heap[0]
+            if node.value is None and cache._host_cands.get(node) == k:
+                return k[1]
+            heapq.heappop(heap)
+        return None
+
+    def _compact(self, cache: HiCache) -> None:
+        self._h_only = [(k, n.id, n) for n, k in cache._host_cands.items() if n.value is None]
+        heapq.heapify(self._h_only)
 
 
 @HOST_EVICTION_RULES.register("boundary")
