@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .calibrate import ape_stats, predict, scatter_figure
-from .outputs import atomic_write, mark_files
-from .scenario import Resolved, Scenario, build_scenario
-from .scenario import ScenarioError as _ScenarioError
+from ..output.write import atomic_write, mark_files
+from ..scenario import Resolved, Scenario, build_scenario
+from ..scenario import ScenarioError as _ScenarioError
+from .fit import ape_stats, predict, scatter_figure
 
 LOG_COLUMNS = ("id", "kind", "pages", "bytes", "device_pages", "host_pages")
 
@@ -116,10 +116,10 @@ def replay_transfers(
     copies use its ``io_backend``. ``limit``: first N host<->device transfers. ``repeats``: the log
     is executed that many times in order (rows carry ``repeat``); ``progress`` ticks per transfer.
     """
-    from .replay import Executor, KVShape, allocate_pools, check_round_trip, execute_log, pick_device
-    from .replay.executor import REPLAYED_KINDS
-    from .replay.pools import cpu_threads as threads_ctx
-    from .replay.pools import device_name
+    from ..replay import Executor, KVShape, allocate_pools, check_round_trip, execute_log, pick_device
+    from ..replay.executor import REPLAYED_KINDS
+    from ..replay.pools import cpu_threads as threads_ctx
+    from ..replay.pools import device_name
 
     records = list(records)
     dev = pick_device(device)
@@ -245,7 +245,7 @@ class Validation:
 
 def simulate_log(sc: Scenario, *, base_dir: str | Path | None = None):
     """Run ``sc`` with its transfer log recorded (RunOutput; ``.transfers`` never None)."""
-    from .runner import simulate
+    from ..runner import simulate
 
     out = simulate(sc, base_dir=base_dir, record_transfers=True)
     if out.transfers is None:

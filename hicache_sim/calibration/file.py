@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from .linkmodel import LinkParams
-from .presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
+from ..hardware.linkmodel import LinkParams
+from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
 
 CALIBRATION_KIND = "hicache-sim-calibration"
 PARAM_FIELDS = ("bandwidth_Bps", "latency_s", "half_efficiency_bytes", "segment_overhead_s")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .core.registry import Registry
+from ..core.registry import Registry
 from .linkmodel import LinkParams
 
 IO_BACKENDS = ("kernel", "direct")

@@ -13,9 +13,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .. import __version__
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 # Scenario keys that name an input file, wherever they sit in the scenario.
 FILE_KEYS = ("path", "lengths_from", "calibration")
@@ -57,8 +57,8 @@ def computed_part(dump: dict) -> dict:
 
 def input_files(dump: dict, base_dir: str | Path | None) -> dict[str, str]:
     """Every input file the scenario names (dotted key -> content digest; 'missing' if absent)."""
-    from .scenario import resolve_builtin
-    from .workloads.build import trace_path
+    from ..scenario import resolve_builtin
+    from ..workloads.build import trace_path
 
     found: dict[str, str] = {}
 
