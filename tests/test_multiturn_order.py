@@ -3,6 +3,7 @@ order the timed closed loop sends under no load."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -82,7 +83,7 @@ def test_the_seed_decides_the_order_and_the_scenario_seed_is_the_default():
 
 def test_uniform_gaps_stay_within_twice_the_mean():
     wl = _wl(ready_queue_policy="fifo", distribution="uniform", request_rate=2.0)
-    gaps = [b.arrival_s - a.arrival_s for a, b in zip(wl.requests, wl.requests[1:], strict=False)]
+    gaps = [b.arrival_s - a.arrival_s for a, b in itertools.pairwise(wl.requests)]
     assert max(gaps) <= 1.0 and min(gaps) >= 0.0 and len(set(gaps)) == len(gaps)
 
 
@@ -99,7 +100,7 @@ def test_barrier_pause_separates_rounds_and_the_cap_retries_every_50ms():
     # At the cap (one in flight) the sender polls every 50 ms: each later send of a round comes a whole
     # number of polls after the previous one was answered, and within one poll of it.
     for times in by_round.values():
-        for a, b in zip(times, times[1:], strict=False):
+        for a, b in itertools.pairwise(times):
             waited = b - (a + 0.5)
             assert 0.0 <= waited <= POLL_S + 1e-9
 

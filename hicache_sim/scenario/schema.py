@@ -316,9 +316,8 @@ class MultiturnSpec(_Strict):
         questions and r answers (lengths at their maximum)."""
         rounds = self.num_rounds
         sub = self.sub_question_input_length or self.request_length
-        per_client = (
-            self.request_length * rounds + sub * rounds * (rounds - 1) // 2 + self.output_length * rounds * (rounds - 1) // 2
-        )
+        later = rounds * (rounds - 1) // 2  # questions and answers summed over the rounds' histories
+        per_client = self.request_length * rounds + (sub + self.output_length) * later
         return self.num_clients * self.num_rounds, self.num_clients * per_client
 
 
