@@ -14,6 +14,7 @@ from hicache_sim.scenario import LongContextSpec, MultiturnSpec, PoissonSpec, Sc
 from hicache_sim.workloads import Request, expand_blocks
 from hicache_sim.workloads.build import build_workload
 from hicache_sim.workloads.errors import WorkloadError
+from hicache_sim.workloads.kinds import WORKLOAD_KINDS
 from hicache_sim.workloads.synthetic import long_context, multiturn, poisson_synthetic, shared_prefix
 from hicache_sim.workloads.traces import load_azure, load_bailian, load_mooncake, vendored_trace
 
@@ -160,7 +161,7 @@ def test_long_context_round_robin_and_poisson():
 
 
 def test_build_workload_every_kind():
-    for kind in ("trace", "multiturn", "shared_prefix", "long_context", "poisson_synthetic"):
+    for kind in WORKLOAD_KINDS.names():
         sc = Scenario.model_validate({"workload": {"kind": kind, "trace": {"limit": 50}}})
         w = build_workload(sc, 64)
         assert w.requests and all(r.input_tokens > 0 for r in w.requests)
