@@ -123,6 +123,11 @@ SCENARIO_CASES = [
         ["workload.multiturn.ready_queue_policy", "'random' or 'fifo'"],
         id="unknown-ready-queue-policy",
     ),
+    pytest.param(
+        {**TINY, "workload": {"kind": "multiturn", "multiturn": {"min_rounds": 5, "max_rounds": 3}}},
+        ["workload.multiturn", "min_rounds (5) must be <= max_rounds (3)"],
+        id="round-range-reversed",
+    ),
 ]
 
 

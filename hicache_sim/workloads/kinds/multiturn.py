@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .. import synthetic
 from ..synthetic import Workload
@@ -18,6 +18,15 @@ class MultiturnSpec(KindSpec):
 
     num_clients: int = Field(256, gt=0, description="--num-clients: concurrent clients (conversations)")
     num_rounds: int = Field(5, gt=0, description="--num-rounds: turns per client")
+    min_rounds: int = Field(
+        0, ge=0, description="--min-rounds: fewest turns of a client (0 = max_rounds, or num_rounds if both are 0)"
+    )
+    max_rounds: int = Field(
+        0,
+        ge=0,
+        description="--max-rounds: most turns of a client (0 = min_rounds, or num_rounds if both are 0); "
+        "with min < max each client's count is drawn uniformly in [min, max] before anything else",
+    )
     request_length: int = Field(512, gt=0, description="--request-length: tokens of each client's first prompt")
     sub_question_input_length: int = Field(
         0, ge=0, description="--sub-question-input-length: tokens of each later question; 0 = request_length"
@@ -60,14 +69,28 @@ class MultiturnSpec(KindSpec):
         "(one Python random stream, drawn as bench_multiturn draws it) and the lengths; null = the scenario seed",
     )
 
+    @model_validator(mode="after")
+    def _round_range(self) -> MultiturnSpec:
+        lo, hi = self.round_range()
+        if lo > hi:
+            raise ValueError(f"min_rounds ({lo}) must be <= max_rounds ({hi})")
+        return self
+
+    def round_range(self) -> tuple[int, int]:
+        """(fewest, most) turns per client, resolved as bench_multiturn resolves its options."""
+        lo, hi = self.min_rounds, self.max_rounds
+        if lo == 0 and hi == 0:
+            return self.num_rounds, self.num_rounds
+        return (lo or hi), (hi or lo)
+
     def size_estimate(self) -> tuple[int, int]:
         """(requests, prompt tokens summed over them): round r's prompt holds the first prompt, r
-        questions and r answers (lengths at their maximum)."""
-        rounds = self.num_rounds
+        questions and r answers (lengths and round counts at their maximum)."""
+        rounds = self.round_range()[1]
         sub = self.sub_question_input_length or self.request_length
         later = rounds * (rounds - 1) // 2  # questions and answers summed over the rounds' histories
         per_client = self.request_length * rounds + (sub + self.output_length) * later
-        return self.num_clients * self.num_rounds, self.num_clients * per_client
+        return self.num_clients * rounds, self.num_clients * per_client
 
 
 def build(spec: MultiturnSpec, ctx: BuildContext) -> Workload:
