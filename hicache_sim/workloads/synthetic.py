@@ -66,8 +66,6 @@ class Workload:
     closed_loop: bool = False
     max_parallel: int | None = None
     round_barrier: bool = False
-    rate: float | None = None
-    distribution: str = "poisson"
 
 
 def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
@@ -107,8 +105,6 @@ def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workloa
         closed_loop=True,
         max_parallel=spec.max_parallel,
         round_barrier=spec.round_barrier,
-        rate=spec.request_rate,
-        distribution=spec.distribution,
     )
 
 
