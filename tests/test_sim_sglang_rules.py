@@ -45,14 +45,14 @@ def _sim_request(rid: str, key0: int, prompt: int, out: int, *, generated: int =
     return r
 
 
-def _scheduler(device_pages: int) -> Scheduler:
-    cache = new_cache(page_size=1, device_pages=device_pages, host_pages=0)
+def _scheduler(device_pages: int, page_size: int = 1, **policy) -> Scheduler:
+    cache = new_cache(page_size=page_size, device_pages=device_pages, host_pages=0)
     return Scheduler(
         simpy.Environment(),
         cache,
         FixedCompute(prefill_s=0.01),
         _NoTransport(),
-        SchedulerPolicy(),
+        SchedulerPolicy(**policy),
         storage_latency_s=0.0,
         on_done=lambda r: None,
     )
@@ -101,6 +101,8 @@ def test_retraction_stops_once_the_remaining_requests_next_pages_fit():
     assert [r.req.rid for r in s.decoding] == ["A", "B"]
     assert s.counters["retractions"] == 2
     assert [r.req.rid for r, _ in s.waiting] == ["D", "C"]  # appended in retraction order
+    # SGLang re-prefills origin_input_ids + output_ids: prompt 1 + 3 written tokens each.
+    assert [r.seq_tokens for r, _ in s.waiting] == [4, 4]
     assert s.new_token_ratio == pytest.approx((9 + 8 + 20 * 2) / 200, abs=0)
     assert s.cache.device.available() == 0  # the two freed pages went to A's and B's next tokens
 
@@ -201,5 +203,40 @@ def test_admission_counts_the_matched_prefix_as_locked(device_pages, admitted):
     assert s.cache.evictable_pages == 50
     w = _sim_request("W", 1, 100, out=4)
     assert _admit(s, w) == [admitted]
+    # Refused with nothing admitted and nothing running: SGLang's hierarchical-cache scheduler does not
+    # mark the batch full (only when some request can be served).
+    assert s.batch_full is False
     if admitted:
         assert w.st.device_hit == 50
+
+
+@pytest.mark.parametrize(("chunked", "admitted"), [(8192, [True, True, False]), (None, [True, False, False])])
+def test_max_prefill_tokens_with_and_without_chunked_prefill(chunked, admitted):
+    # max_prefill_tokens 150, three waiting 100-token prompts. With chunked prefill SGLang checks the
+    # input budget after each admission (budget_state): 150 - 100 > 0, go on; 50 - 100 <= 0, stop.
+    # Without it a further request whose input reaches what is left is refused: 100 >= 50.
+    s = _scheduler(1000, max_prefill_tokens=150, chunked_prefill_tokens=chunked)
+    reqs = [_sim_request(f"W{i}", 1000 * (i + 1), 100, out=4) for i in range(3)]
+    assert _admit(s, *reqs) == admitted
+
+
+def test_a_chunk_is_cut_at_a_page_boundary():
+    # Page 4, chunked_prefill_size 10: a 30-token prompt's first chunk is 10 // 4 x 4 = 8 tokens.
+    s = _scheduler(100, page_size=4, chunked_prefill_tokens=10)
+    q = Request("L", 0.0, 30, 5, tuple(range(1, 9)))
+    r = SimRequest(q, RequestRecord(q), list(q.page_keys), 8, 0, seq_tokens=30)
+    s._push_waiting(r, front=False)
+    step = s._form_prefill()
+    assert [(c.start, c.end, c.final) for c in step.chunks] == [(0, 8, False)]
+    assert len(r.st.pages) == 2
+
+
+def test_kv_tokens_of_a_decode_step_count_each_members_cache_and_current_token():
+    # A joins with 10 tokens, B with 30 one step later: the step after that attends to 10 + 2 + 30 + 1.
+    s = _scheduler(200)
+    a = _decoding(s, _sim_request("A", 1, 10, out=50))
+    assert s.decoding.kv_tokens_next() == 11
+    s._after_decode(s._form_decode())
+    _decoding(s, _sim_request("B", 1000, 30, out=50))
+    assert s.decoding.kv_tokens_next() == 12 + 31
+    assert s.decoding.generated(a) == 1
