@@ -16,7 +16,7 @@ import pandas as pd
 
 from .output.identity import computed_part, differing_keys, digest, point_identity
 from .output.write import OutputError, apply_umask, prepare_folder, write_text_atomic
-from .scenario import ScenarioError, build_scenario, scenario_dump
+from .scenario import ScenarioError, build_scenario, resolve, scenario_dump
 
 
 @dataclass(frozen=True)
@@ -94,24 +94,33 @@ class PlannedPoint:
         return digest(self.identity)
 
 
-def plan(base: dict, source: str, set_args: Iterable[str] = (), base_dir: str | None = None) -> list[PlannedPoint]:
-    """Validate every point (a bad value fails here, before any work) and resolve its identity."""
+def plan(
+    base: dict,
+    source: str,
+    set_args: Iterable[str] = (),
+    base_dir: str | None = None,
+    points: list[Point] | None = None,
+) -> list[PlannedPoint]:
+    """Validate every point (a bad value fails here, before any work) and resolve its identity.
+    ``points``: an explicit list instead of the grid of the scenario's ``sweep`` mapping."""
     set_args = list(set_args)
     sc = build_scenario(base, source, set_args)
     data = {k: v for k, v in base.items() if k != "sweep"}
     out = []
-    for p in grid(sc.sweep):
+    for p in grid(sc.sweep) if points is None else points:
         args = [*set_args, *p.as_set_args()]
         point_sc = build_scenario(data, source, args)
+        resolve(point_sc)  # sizes and policy mixes too: a point that cannot run fails before any work
         out.append(PlannedPoint(p, args, point_identity(scenario_dump(point_sc), base_dir)))
     return out
 
 
-def _base_record(base: dict, source: str, set_args: list[str]) -> dict:
-    """What the folder was made from: the base scenario (with --set), less the grid and swept keys."""
+def _base_record(base: dict, source: str, set_args: list[str], keys: list[str] | None = None) -> dict:
+    """What the folder was made from: the base scenario (with --set), less the grid and swept keys
+    (``keys``: those of an explicit point list, else the grid's)."""
     sc = build_scenario(base, source, set_args)
     dump = computed_part(scenario_dump(sc))
-    for key in sc.sweep:
+    for key in sc.sweep if keys is None else keys:
         node = dump
         parts = key.split(".")
         for part in parts[:-1]:
@@ -167,17 +176,21 @@ def run_sweep(
     force: bool = False,
     on_point: Callable[[], None] | None = None,
     dask_timeout_s: float = 10.0,
+    points: list[Point] | None = None,
 ) -> SweepResult:
     """Run every grid point whose result is not already in ``out_dir/points`` and gather the table.
 
     ``set_args`` apply to every point before the point's own overrides. A point's result is reused
     only when its identity (resolved scenario, input files, code) is the same; a folder made from
     another base scenario is refused unless ``force`` (which recomputes every point). Every point is
-    validated, and the Dask scheduler reached, before anything is written.
+    validated, and the Dask scheduler reached, before anything is written. ``points``: run this
+    explicit list (same keys in each) instead of the grid of ``base["sweep"]``; a folder resumes
+    across calls with other points of the same keys.
     """
     set_args = list(set_args)
-    planned = plan(base, source, set_args, base_dir)
-    base_record = _base_record(base, source, set_args)
+    keys = None if points is None else list(dict.fromkeys(k for p in points for k, _ in p.overrides))
+    planned = plan(base, source, set_args, base_dir, points)
+    base_record = _base_record(base, source, set_args, keys)
     if not force:
         check_resumable(out_dir, base_record)
     client = connect_dask(dask_scheduler, dask_timeout_s) if dask_scheduler else None
@@ -189,7 +202,8 @@ def run_sweep(
                 f.unlink()
         points_dir.mkdir(exist_ok=True)
         apply_umask(points_dir, directory=True)
-        manifest = {"source": source, "set": set_args, "base_scenario": base_record, "grid": base.get("sweep") or {}}
+        grid_ = (base.get("sweep") or {}) if keys is None else {k: [dict(p.overrides).get(k) for p in points] for k in keys}
+        manifest = {"source": source, "set": set_args, "base_scenario": base_record, "grid": grid_}
         write_text_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n")
         todo = [p for p in planned if not _done(points_dir, p)]
         skipped = len(planned) - len(todo)
@@ -227,7 +241,7 @@ def run_sweep(
 
     write_parquet(table, out_dir / "sweep.parquet")
     write_text_atomic(out_dir / "sweep.csv", table.to_csv(index=False))
-    return SweepResult(table, len(todo), skipped, out_dir, list(base.get("sweep") or {}))
+    return SweepResult(table, len(todo), skipped, out_dir, keys or list(base.get("sweep") or {}))
 
 
 def swept_keys(folder: Path) -> list[str] | None:

@@ -1,4 +1,4 @@
-"""``hicache-sim``: run | sweep | plot | validate | replay | calibrate | validate-model.
+"""``hicache-sim``: run | sweep | advise | plot | validate | replay | calibrate | validate-model.
 
 One module per verb; each registers itself on ``app``. Only this layer exits.
 """
@@ -56,6 +56,7 @@ def _root(
 
 # Verb modules register their commands on import (one module per verb).
 from . import (  # noqa: E402,F401
+    advise,
     calibrate,
     plot,
     replay,

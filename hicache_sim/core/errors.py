@@ -11,6 +11,10 @@ class ConfigError(ValueError):
         self.field = field
         self.message = message
 
+    def __reduce__(self):
+        """Rebuilt from its two arguments, so a sweep worker's error reaches the parent process intact."""
+        return (type(self), (self.field, self.message))
+
 
 class InvariantError(AssertionError):
     """A structural invariant of the cache does not hold. The message names the node and the rule."""

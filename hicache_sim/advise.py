@@ -1,0 +1,280 @@
+"""``advise``: the smallest host memory that meets a hit-rate or TTFT target, read from sweeps.
+
+Two stages through :func:`hicache_sim.sweep.run_sweep` (resumable, parallel): instant mode over the
+whole grid (host GB per rank x write policy x host-eviction rule, storage on and off when the
+scenario has a backend), then timed mode for the few points instant mode shortlists (TTFT needs
+timed mode). A hit-rate target is judged on instant mode's hit rates; a TTFT target on timed mode's
+p99, simulated for the configuration with the best instant hit rate at each host size, smallest
+sizes first, until one meets it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .core import HOST_EVICTION_RULES, WRITE_POLICIES
+from .scenario import ScenarioError, build_scenario, resolve
+from .output.write import prepare_folder
+from .sweep import Point, plan, run_sweep
+
+SIZE, POLICY, RULE, STORAGE = "cache.host_size_gb", "cache.write_policy", "cache.host_eviction", "cache.storage_backend"
+HIT, TTFT = "hit_rate.total", "ttft_s.p99"
+TIERS = ("device", "host", "storage", "total")
+UPSTREAM_RULE = "evicted_only"  # SGLang's own host eviction; the other rules are hicache-sim's proposals
+# Host pool sizes tried by default, as multiples of the device pool (rounded to whole GB per rank,
+# since SGLang's --hicache-size is an integer).
+DEFAULT_RATIOS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+# With no target: the smallest host within this much (absolute) of the best hit rate in the budget.
+KNEE_TOLERANCE = 0.01
+# The project's storage presets as SGLang's --hicache-storage-backend names them.
+SGLANG_STORAGE = {"local_nvme": "file", "nvme_gen5": "file", "3fs": "hf3fs", "mooncake": "mooncake"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to meet: ``hit_rate`` (>= value) or ``ttft_p99`` (<= value, seconds); value None = the knee."""
+
+    kind: str
+    value: float | None
+
+    @property
+    def column(self) -> str:
+        return TTFT if self.kind == "ttft_p99" else HIT
+
+    def meets(self, x: float, value: float | None = None) -> bool:
+        v = self.value if value is None else value
+        return x <= v if self.kind == "ttft_p99" else x >= v
+
+
+def check_target_args(hit: float | None, ttft: float | None, budget: float | None) -> Target:
+    """The flags as a Target; a value out of range raises ScenarioError naming the flag."""
+    if hit is not None and ttft is not None:
+        raise ScenarioError("--target-hit-rate and --target-ttft-p99: give one target, not both")
+    if hit is not None and not (0 < hit <= 1):
+        raise ScenarioError(f"--target-hit-rate: expected a fraction in (0, 1], got {hit:g}")
+    if ttft is not None and not (0 < ttft < math.inf):
+        raise ScenarioError(f"--target-ttft-p99: expected seconds > 0, got {ttft:g}")
+    if budget is not None and not (0 < budget < math.inf):
+        raise ScenarioError(f"--host-budget-gb: expected GB per rank > 0, got {budget:g}")
+    return Target("ttft_p99", ttft) if ttft is not None else Target("hit_rate", hit)
+
+
+@dataclass
+class Setup:
+    """The base scenario for the sweeps and its grid."""
+
+    base: dict
+    sizes_gb: list[int]
+    axes: dict[str, list[Any]]
+    device_gb: float
+    bytes_per_token: int
+    ranks: int
+    calibration: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+def setup(data: dict, source: str, set_args: list[str], budget: float | None, sizes: list[int] | None) -> Setup:
+    """Validate the scenario for advice and build the grid (host sizes within the budget)."""
+    sc = build_scenario({k: v for k, v in data.items() if k != "sweep"}, source, set_args)
+    if sc.cache.host_memory_mode == "buffer_only":
+        raise ScenarioError(
+            f"{source}: cache.host_memory_mode: buffer_only has no host cache tier to size (host is a staging "
+            "buffer); advise sizes host memory as a cache: --set cache.host_memory_mode=cache"
+        )
+    r = resolve(sc)
+    device_gb = r.device_tokens * r.bytes_per_token / 1e9
+    if sizes is None:
+        sizes = sorted({max(1, round(q * device_gb)) for q in DEFAULT_RATIOS})
+    else:
+        bad = [s for s in sizes if s < 1]
+        if bad:
+            raise ScenarioError(f"--host-sizes-gb: expected whole GB per rank >= 1, got {bad[0]}")
+        over = [s for s in sizes if budget is not None and s > budget]
+        if over:
+            raise ScenarioError(f"--host-sizes-gb: {over[0]} GB is above --host-budget-gb {budget:g}")
+        sizes = sorted(set(sizes))
+    if budget is not None:
+        if budget < 1:
+            raise ScenarioError(f"--host-budget-gb: {budget:g} GB is below 1 GB, the smallest --hicache-size")
+        sizes = sorted({s for s in sizes if s <= budget} | {int(budget)})
+    base = {k: v for k, v in data.items() if k != "sweep"}
+    base["cache"] = {k: v for k, v in (base.get("cache") or {}).items() if k not in ("host_ratio", "host_tokens")}
+    base["cache"].pop("host_size_gb", None)
+    axes: dict[str, list[Any]] = {SIZE: sizes, POLICY: WRITE_POLICIES.names(), RULE: HOST_EVICTION_RULES.names()}
+    if sc.cache.storage_backend != "none":
+        axes[STORAGE] = [sc.cache.storage_backend, "none"]
+    notes = ["the scenario's sweep: mapping is not used (advise sweeps its own grid)"] if data.get("sweep") else []
+    hw = sc.hardware
+    return Setup(base, sizes, axes, device_gb, r.bytes_per_token, hw.tp * hw.pp, hw.calibration, notes)
+
+
+def ordered(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the order advice prefers them: smallest host, highest hit rate, then SGLang's upstream
+    rule, registry order of policy and rule, storage off before on (less hardware for the same hits)."""
+    t = table.copy()
+    t["_rule"] = t[RULE].map(lambda r: (r != UPSTREAM_RULE, HOST_EVICTION_RULES.names().index(r)))
+    t["_policy"] = t[POLICY].map(WRITE_POLICIES.names().index)
+    t["_storage"] = (t[STORAGE] != "none") if STORAGE in t else False
+    t = t.sort_values([SIZE, HIT, "_rule", "_policy", "_storage"], ascending=[True, False, True, True, True], kind="stable")
+    return t.drop(columns=["_rule", "_policy", "_storage"]).reset_index(drop=True)
+
+
+def curve(table: pd.DataFrame) -> pd.DataFrame:
+    """The best configuration at each host size (the first row of each size in :func:`ordered`)."""
+    return ordered(table).groupby(SIZE, sort=True).head(1).reset_index(drop=True)
+
+
+def smallest_meeting(table: pd.DataFrame, target: Target, value: float) -> pd.Series | None:
+    """The first row of :func:`ordered` meeting ``value`` on the target's column, or None."""
+    t = ordered(table)
+    ok = t[t[target.column].map(lambda x: target.meets(x, value))]
+    return None if ok.empty else ok.iloc[0]
+
+
+def best_reachable(table: pd.DataFrame, target: Target) -> pd.Series:
+    """The best value the table reaches on the target's column (ties: the smallest host)."""
+    t = ordered(table)
+    col = t[target.column]
+    best = col.min() if target.kind == "ttft_p99" else col.max()
+    return t[col == best].iloc[0]
+
+
+def point_of(row: pd.Series, keys: list[str]) -> Point:
+    return Point(tuple((k, _plain(row[k])) for k in keys))
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars as Python ones (JSON, YAML and the sweep digests want plain values)."""
+    return v.item() if hasattr(v, "item") else v
+
+
+def hicache_flags(row: pd.Series, storage_backend: str) -> list[str]:
+    """SGLang launch flags for the host tier of one advised point. A small local stand-in for the
+    ``sglang-args`` verb (issue 13 part 1): replace with it when it lands."""
+    flags = ["--enable-hierarchical-cache", f"--hicache-size {int(row[SIZE])}", f"--hicache-write-policy {row[POLICY]}"]
+    backend = row[STORAGE] if STORAGE in row else storage_backend
+    if backend != "none":
+        flags.append(f"--hicache-storage-backend {SGLANG_STORAGE.get(backend, backend)}")
+    return flags
+
+
+def validation_summary(root: Path) -> str:
+    """The timed mode's validation error from ``results/validation/results.json`` (median |relative
+    error| against published runs, hit rates and TTFT apart), or that it has not been validated."""
+    f = root / "results" / "validation" / "results.json"
+    try:
+        rows = json.loads(f.read_text(encoding="utf-8"))["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "timed mode not validated (no results/validation/results.json)"
+    parts = []
+    for label, pick in (("hit rate", lambda m: m.startswith("hit_rate")), ("TTFT", lambda m: "ttft" in m)):
+        errs = sorted(
+            abs(r["rel_err"])
+            for r in rows
+            if isinstance(r, dict) and pick(str(r.get("metric", ""))) and isinstance(r.get("rel_err"), int | float)
+        )
+        if errs:
+            mid = len(errs) // 2
+            med = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+            parts.append(f"{label} median |error| {100 * med:.0f}% over {len(errs)} published figures")
+    if not parts:
+        return "timed mode not validated (results/validation/results.json has no hit-rate or TTFT rows)"
+    return "timed mode vs published runs (results/validation/): " + "; ".join(parts)
+
+
+@dataclass
+class Advice:
+    """The answer and what it was read from."""
+
+    target: Target
+    target_value: float
+    met: bool
+    chosen: pd.Series  # instant row (hit-rate target) or timed row (TTFT target)
+    chosen_instant: pd.Series  # the chosen configuration's instant row
+    timed: pd.Series | None  # the timed run of the chosen point, when one ran
+    instant: pd.DataFrame
+    timed_table: pd.DataFrame | None
+    upstream: pd.Series | None  # the same answer restricted to SGLang's upstream rule (hit-rate target)
+    setup: Setup
+    validation: str
+
+
+def advise(
+    data: dict,
+    source: str,
+    out: Path,
+    target: Target,
+    st: Setup,
+    *,
+    set_args: list[str],
+    workers: int,
+    base_dir: str | None,
+    instant_only: bool,
+    root: Path,
+    on_point: Callable[[], None] | None = None,
+) -> Advice:
+    """Run the instant grid, choose, then time the shortlist (every grid point is validated before
+    ``out`` is made)."""
+    instant_base = {**st.base, "mode": "instant", "sweep": st.axes}
+    plan(instant_base, source, set_args, base_dir)
+    prepare_folder(out, "advise")
+    inst = run_sweep(
+        instant_base,
+        source,
+        out / "instant",
+        set_args=set_args,
+        workers=workers,
+        base_dir=base_dir,
+        on_point=on_point,
+    ).table
+    keys = list(st.axes)
+
+    def timed(points: list[Point]) -> pd.DataFrame:
+        res = run_sweep(
+            {**st.base, "mode": "timed"},
+            source,
+            out / "timed",
+            set_args=set_args,
+            workers=workers,
+            base_dir=base_dir,
+            points=points,
+            on_point=on_point,
+        )
+        return res.table
+
+    upstream = None
+    if target.kind == "hit_rate":
+        value = target.value if target.value is not None else max(0.0, inst[HIT].max() - KNEE_TOLERANCE)
+        row = smallest_meeting(inst, target, value)
+        met = row is not None
+        chosen = row if met else best_reachable(inst, target)
+        up_table = inst[inst[RULE] == UPSTREAM_RULE]
+        upstream = smallest_meeting(up_table, target, value) if met else best_reachable(up_table, target)
+        timed_table = None if instant_only else timed([point_of(chosen, keys)])
+        timed_row = None if timed_table is None else timed_table.iloc[0]
+        return Advice(
+            target, value, met, chosen, chosen, timed_row, inst, timed_table, upstream, st, validation_summary(root)
+        )
+    # TTFT: time the best-per-size configurations, smallest first, a batch of `workers` at a time.
+    cands = curve(inst)
+    done: list[pd.DataFrame] = []
+    for i in range(0, len(cands), max(1, workers)):
+        batch = cands.iloc[i : i + max(1, workers)]
+        done.append(timed([point_of(r, keys) for _, r in batch.iterrows()]))
+        if smallest_meeting(pd.concat(done, ignore_index=True), target, target.value) is not None:
+            break
+    timed_table = pd.concat(done, ignore_index=True)
+    row = smallest_meeting(timed_table, target, target.value)
+    met = row is not None
+    chosen = row if met else best_reachable(timed_table, target)
+    same = (inst[keys] == pd.Series({k: chosen[k] for k in keys})).all(axis=1)
+    return Advice(
+        target, target.value, met, chosen, inst[same].iloc[0], chosen, inst, timed_table, None, st, validation_summary(root)
+    )
