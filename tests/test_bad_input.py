@@ -388,6 +388,25 @@ def test_unreachable_dask_scheduler(tmp_path):
     assert not (tmp_path / "sw").exists()
 
 
+def test_sweep_point_that_cannot_be_sized_fails_before_any_work(tmp_path):
+    """A point whose host size breaks exact alignment used to fail inside a worker (its ConfigError did
+    not pickle: BrokenProcessPool traceback); now plan() resolves every point first."""
+    data = {**with_("cache", host_alignment="exact", host_ratio=None), "sweep": {"cache.host_size_gb": [1.0, 2.0]}}
+    sc = write_scenario(tmp_path, data)
+    r = invoke("sweep", sc, "--out", tmp_path / "sw", "--workers", 2)
+    assert_user_error(r, "cache.host_alignment", "page-aligned")
+    assert not (tmp_path / "sw").exists()
+
+
+def test_config_error_survives_a_worker_process():
+    import pickle
+
+    from hicache_sim.core.errors import ConfigError
+
+    e = pickle.loads(pickle.dumps(ConfigError("cache.x", "bad")))
+    assert (e.field, e.message, str(e)) == ("cache.x", "bad", "cache.x: bad")
+
+
 def test_bad_workers(tmp_path):
     sc = write_scenario(tmp_path, {**TINY, "sweep": {"cache.host_ratio": [0.5]}})
     assert_user_error(invoke("sweep", sc, "--workers", 0), "--workers", ">= 1")

@@ -1,0 +1,225 @@
+"""``hicache-sim advise``: the recommendation is the smallest grid point meeting the target, read from
+the same sweep table it wrote; an unreachable target says so and exits 0 with the best point; a TTFT
+target times the best configuration per size, smallest first, and stops at the first that meets it;
+bad flags exit 2 with nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import assert_user_error, invoke
+
+from hicache_sim.advise import HIT, POLICY, RULE, SIZE, Target, ordered, smallest_meeting, validation_summary
+
+# A slice of the conversation trace with a 200-page device pool: host hits appear between 100 and
+# 1600 GB per rank (instant total 0.045 at 100, 0.144 at 400, 0.265 at 1600).
+SMALL = {
+    "name": "small",
+    "mode": "instant",
+    "model": "llama-3.1-8b",
+    "cache": {"page_size": 512, "device_tokens": 512 * 200},
+    "scheduler": {"chunked_prefill_size": None},
+    "workload": {
+        "kind": "trace",
+        "trace": {"path": "builtin:mooncake/conversation_trace.jsonl", "limit": 1500, "time_scale": 4.0},
+    },
+}
+SIZES = "100,400,1600"
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("advise") / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def folder(scenario) -> Path:
+    """One advice folder for the module: later runs resume its instant points."""
+    return scenario.parent / "out"
+
+
+def advise(scenario: Path, folder: Path, *args):
+    r = invoke("advise", scenario, "--host-sizes-gb", SIZES, "--out", folder, "--workers", 2, *args)
+    assert r.exit_code == 0, r.output
+    return r, json.loads((folder / "advice.json").read_text(encoding="utf-8"))
+
+
+def instant_table(folder: Path) -> pd.DataFrame:
+    return pd.read_csv(folder / "instant" / "sweep.csv")
+
+
+def test_recommends_the_smallest_grid_point_meeting_the_target(scenario, folder):
+    r, d = advise(scenario, folder, "--target-hit-rate", 0.1)
+    t = instant_table(folder)
+    assert len(t) == 3 * 3 * 3  # sizes x write policies x host rules
+    meeting = t[t[HIT] >= 0.1]
+    smallest = meeting[SIZE].min()
+    rec = d["recommendation"]
+    assert d["target"] == {"kind": "hit_rate", "value": 0.1, "given": True, "met": True}
+    assert rec["host_size_gb"] == smallest == 400
+    assert (t[t[SIZE] < smallest][HIT] < 0.1).all()
+    best_there = meeting[meeting[SIZE] == smallest][HIT].max()
+    assert rec["hit_rate_instant"]["total"] == pytest.approx(best_there)
+    assert f"--hicache-size {smallest}" in rec["sglang_flags"]
+    assert f"--hicache-write-policy {rec['write_policy']}" in rec["sglang_flags"]
+    assert rec["ttft_p99_s"] > 0 and rec["hit_rate_timed"]["total"] > 0  # the chosen point was timed
+    assert len(list((folder / "timed" / "points").glob("*.json"))) == 1
+    assert "recommendation: 400 GB host memory per rank" in r.output
+    assert "hardware uncalibrated" in r.output
+    assert (folder / "advice.png").stat().st_size > 0
+    before = (folder / "advice.json").read_bytes()
+    advise(scenario, folder, "--target-hit-rate", 0.1)  # resumed: same bytes out
+    assert (folder / "advice.json").read_bytes() == before
+
+
+def test_unreachable_target_says_so_and_gives_the_best_point(scenario, folder):
+    r, d = advise(scenario, folder, "--target-hit-rate", 0.9, "--instant-only")
+    t = instant_table(folder)
+    assert d["target"]["met"] is False
+    assert "target NOT met by any host size up to 1600 GB per rank" in r.output
+    best = t[HIT].max()
+    assert d["recommendation"]["hit_rate_instant"]["total"] == pytest.approx(best)
+    assert d["recommendation"]["host_size_gb"] == t[t[HIT] == best][SIZE].min()
+    assert d["recommendation"]["ttft_p99_s"] is None and "not simulated (--instant-only)" in r.output
+
+
+def test_ttft_target_times_smallest_sizes_first_and_stops(scenario, tmp_path):
+    out = tmp_path / "ttft"
+    r = invoke("advise", scenario, "--host-sizes-gb", SIZES, "--out", out, "--workers", 1, "--target-ttft-p99", 1e6)
+    assert r.exit_code == 0, r.output
+    d = json.loads((out / "advice.json").read_text(encoding="utf-8"))
+    assert d["target"]["met"] is True and d["recommendation"]["host_size_gb"] == 100
+    assert len(d["timed"]) == 1  # the first size met it: nothing larger was timed
+    r = invoke("advise", scenario, "--host-sizes-gb", SIZES, "--out", out, "--workers", 1, "--target-ttft-p99", 1e-6)
+    d = json.loads((out / "advice.json").read_text(encoding="utf-8"))
+    assert d["target"]["met"] is False and len(d["timed"]) == 3
+    fastest = min(d["timed"], key=lambda x: x["ttft_p99_s"])
+    assert d["recommendation"]["ttft_p99_s"] == fastest["ttft_p99_s"]
+
+
+def row(size, policy, rule, hit):
+    return {SIZE: size, POLICY: policy, RULE: rule, HIT: hit}
+
+
+def test_order_prefers_small_host_then_hit_rate_then_upstream_rule():
+    t = pd.DataFrame(
+        [
+            row(8, "write_back", "boundary", 0.5),
+            row(8, "write_back", "evicted_only", 0.5),
+            row(4, "write_through", "boundary", 0.4),
+            row(4, "write_through", "evicted_only", 0.3),
+        ]
+    )
+    o = ordered(t)
+    assert list(zip(o[SIZE], o[RULE])) == [(4, "boundary"), (4, "evicted_only"), (8, "evicted_only"), (8, "boundary")]
+    hit = Target("hit_rate", 0.35)
+    assert smallest_meeting(t, hit, 0.35)[RULE] == "boundary"
+    assert smallest_meeting(t, hit, 0.45)[RULE] == "evicted_only"  # tie at 0.5: upstream first
+    assert smallest_meeting(t, hit, 0.6) is None
+
+
+def test_proposal_rule_is_said_not_to_be_an_sglang_flag(tmp_path):
+    """A grid where only boundary meets the target: the output says SGLang has no flag for it."""
+    from hicache_sim.advise import Advice, Setup
+    from hicache_sim.output.advice import advice_lines
+
+    t = pd.DataFrame(
+        [
+            {**row(4, "write_through", "evicted_only", 0.1), **{f"hit_rate.{k}": 0.0 for k in ("device", "host", "storage")}},
+            {**row(4, "write_through", "boundary", 0.3), **{f"hit_rate.{k}": 0.1 for k in ("device", "host", "storage")}},
+        ]
+    )
+    t["sizes.host_to_device_ratio"] = 1.0
+    st = Setup({}, [4], {SIZE: [4], POLICY: ["write_through"], RULE: ["evicted_only", "boundary"]}, 4.0, 1, 1, None)
+    chosen = t.iloc[1]
+    a = Advice(Target("hit_rate", 0.2), 0.2, True, chosen, chosen, None, t, None, t.iloc[0], st, "v")
+    text = "\n".join(advice_lines(a))
+    assert "'boundary' is a hicache-sim proposal, not an SGLang option: SGLang has no flag for it" in text
+    assert "with SGLang's upstream rule: best reachable: 4 GB per rank, write_through, hit rate 0.100" in text
+
+
+def test_validation_error_is_read_from_results(tmp_path):
+    assert validation_summary(tmp_path) == "timed mode not validated (no results/validation/results.json)"
+    (tmp_path / "results" / "validation").mkdir(parents=True)
+    rows = [
+        {"metric": "hit_rate", "rel_err": 0.02},
+        {"metric": "hit_rate", "rel_err": -0.10},
+        {"metric": "hit_rate", "rel_err": None},
+        {"metric": "ttft_mean_s", "rel_err": -0.5},
+    ]
+    (tmp_path / "results" / "validation" / "results.json").write_text(json.dumps({"rows": rows}), encoding="utf-8")
+    s = validation_summary(tmp_path)
+    assert "hit rate median |error| 6% over 2 published figures" in s
+    assert "TTFT median |error| 50% over 1 published figures" in s
+
+
+def test_budget_caps_the_grid_and_is_a_point(scenario):
+    from hicache_sim.advise import setup
+
+    st = setup(SMALL, str(scenario), [], 500, None)
+    assert max(st.sizes_gb) == 500 and all(s <= 500 for s in st.sizes_gb)
+    device = 512 * 200 * 131072 / 1e9
+    assert st.sizes_gb[0] == max(1, round(0.25 * device))
+
+
+BAD = [
+    (["--target-hit-rate", 0.5, "--target-ttft-p99", 1], ["--target-hit-rate and --target-ttft-p99", "not both"]),
+    (["--target-hit-rate", 0], ["--target-hit-rate", "(0, 1]", "got 0"]),
+    (["--target-hit-rate", 1.5], ["--target-hit-rate", "got 1.5"]),
+    (["--target-ttft-p99", 0], ["--target-ttft-p99", "> 0"]),
+    (["--host-budget-gb", 0], ["--host-budget-gb", "> 0"]),
+    (["--host-budget-gb", -3], ["--host-budget-gb", "got -3"]),
+    (["--host-budget-gb", 0.5], ["--host-budget-gb", "below 1 GB"]),
+    (["--host-sizes-gb", "100,2000", "--host-budget-gb", 1000], ["--host-sizes-gb", "2000 GB is above"]),
+    (["--host-sizes-gb", "a,b"], ["--host-sizes-gb", "whole GB"]),
+    (["--host-sizes-gb", "0,4"], ["--host-sizes-gb", ">= 1"]),
+    (["--target-ttft-p99", 2, "--instant-only"], ["--target-ttft-p99", "--instant-only"]),
+    (["--workers", 0], ["--workers", ">= 1"]),
+]
+
+
+@pytest.mark.parametrize("args,fragments", BAD, ids=[" ".join(map(str, a)) for a, _ in BAD])
+def test_bad_flags(scenario, tmp_path, args, fragments):
+    out = tmp_path / "never"
+    assert_user_error(invoke("advise", scenario, "--out", out, *args), *fragments)
+    assert not out.exists()
+
+
+def test_buffer_only_has_no_host_tier_to_size(tmp_path):
+    data = {**SMALL, "cache": {**SMALL["cache"], "host_memory_mode": "buffer_only", "storage_backend": "3fs"}}
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = tmp_path / "never"
+    assert_user_error(invoke("advise", path, "--out", out), "b.yaml", "cache.host_memory_mode", "buffer_only")
+    assert not out.exists()
+
+
+def test_a_grid_point_that_cannot_run_fails_before_anything_is_written(tmp_path):
+    data = {**SMALL, "cache": {**SMALL["cache"], "host_alignment": "exact"}}
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = tmp_path / "never"
+    assert_user_error(invoke("advise", path, "--host-sizes-gb", "3", "--out", out), "cache.host_alignment")
+    assert not out.exists()
+
+
+def test_storage_is_swept_on_and_off_and_named_as_sglang_does(tmp_path):
+    from hicache_sim.advise import STORAGE, hicache_flags, setup
+
+    data = {**SMALL, "cache": {**SMALL["cache"], "storage_backend": "3fs"}}
+    st = setup(data, "s.yaml", [], None, [4, 8])
+    assert st.axes[STORAGE] == ["3fs", "none"]
+    on = pd.Series({SIZE: 8, POLICY: "write_back", RULE: "evicted_only", STORAGE: "3fs"})
+    assert hicache_flags(on, "3fs") == [
+        "--enable-hierarchical-cache",
+        "--hicache-size 8",
+        "--hicache-write-policy write_back",
+        "--hicache-storage-backend hf3fs",
+    ]
+    assert "--hicache-storage-backend" not in " ".join(hicache_flags(on.replace("3fs", "none"), "3fs"))
