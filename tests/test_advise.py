@@ -107,7 +107,14 @@ def row(size, policy, rule, hit):
     return {SIZE: size, POLICY: policy, RULE: rule, HIT: hit}
 
 
-def test_order_prefers_small_host_then_hit_rate_then_upstream_rule():
+def test_order_prefers_small_host_then_hit_rate_then_upstream_rule(monkeypatch):
+    import hicache_sim.advise as adv
+    from hicache_sim.core.registry import Registry
+
+    rules = Registry("host eviction rule", "cache.host_eviction")
+    for name in ("boundary", "reclaim_mirrors", "evicted_only"):  # upstream registered last
+        rules.add(name, name)
+    monkeypatch.setattr(adv, "HOST_EVICTION_RULES", rules)
     t = pd.DataFrame(
         [
             row(8, "write_back", "boundary", 0.5),
@@ -196,7 +203,7 @@ def test_buffer_only_has_no_host_tier_to_size(tmp_path):
     path = tmp_path / "b.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     out = tmp_path / "never"
-    assert_user_error(invoke("advise", path, "--out", out), "b.yaml", "cache.host_memory_mode", "buffer_only")
+    assert_user_error(invoke("advise", path, "--out", out), "b.yaml", "cache.host_memory_mode", "no host cache tier to size")
     assert not out.exists()
 
 
