@@ -88,6 +88,11 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
             f"{source}: cache.host_memory_mode: buffer_only has no host cache tier to size (host is a staging "
             "buffer); advise sizes host memory as a cache: --set cache.host_memory_mode=cache"
         )
+    if sc.cache.host_alignment == "exact":
+        raise ScenarioError(
+            f"{source}: cache.host_alignment: exact needs page-aligned sizes, which whole GB (--hicache-size) "
+            "rarely are; advise sizes as SGLang does: --set cache.host_alignment=up_plus_one"
+        )
     r = resolve(sc)
     device_gb = r.device_tokens * r.bytes_per_token / 1e9
     if sizes is None:

@@ -207,12 +207,17 @@ def test_buffer_only_has_no_host_tier_to_size(tmp_path):
     assert not out.exists()
 
 
-def test_a_grid_point_that_cannot_run_fails_before_anything_is_written(tmp_path):
+def test_exact_alignment_is_refused_with_the_fix(tmp_path):
     data = {**SMALL, "cache": {**SMALL["cache"], "host_alignment": "exact"}}
     path = tmp_path / "x.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     out = tmp_path / "never"
-    assert_user_error(invoke("advise", path, "--host-sizes-gb", "3", "--out", out), "cache.host_alignment")
+    assert_user_error(
+        invoke("advise", path, "--host-sizes-gb", "3", "--out", out),
+        "x.yaml",
+        "cache.host_alignment",
+        "--set cache.host_alignment=up_plus_one",
+    )
     assert not out.exists()
 
 
@@ -230,3 +235,23 @@ def test_storage_is_swept_on_and_off_and_named_as_sglang_does(tmp_path):
         "--hicache-storage-backend hf3fs",
     ]
     assert "--hicache-storage-backend" not in " ".join(hicache_flags(on.replace("3fs", "none"), "3fs"))
+
+
+def test_readme_example_is_the_committed_advice():
+    """The README's advise example prints what results/host_smaller_than_device-advise/advice.json holds."""
+    root = Path(__file__).resolve().parents[1]
+    d = json.loads((root / "results/host_smaller_than_device-advise/advice.json").read_text(encoding="utf-8"))
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    rec = d["recommendation"]
+    h, t = rec["hit_rate_instant"], rec["hit_rate_timed"]
+    assert d["target"]["met"] and d["command"].startswith("hicache-sim advise builtin:host_smaller_than_device")
+    for line in (
+        f"recommendation: {rec['host_size_gb']} GB host memory per rank (x8 ranks = {rec['host_total_gb']} GB)",
+        f"  write policy {rec['write_policy']}, host eviction {rec['host_eviction']}",
+        f"  hit rate (instant): device {h['device']:.3f}, host {h['host']:.3f}, storage {h['storage']:.3f}, "
+        f"total {h['total']:.3f}",
+        f"  timed: hit rate total {t['total']:.3f} (device {t['device']:.3f}, host {t['host']:.3f}, storage "
+        f"{t['storage']:.3f}); TTFT p50 {rec['ttft_p50_s']:.3f} s, p99 {rec['ttft_p99_s']:.3f} s",
+        "  SGLang flags: " + " ".join(rec["sglang_flags"]),
+    ):
+        assert line in readme, line
