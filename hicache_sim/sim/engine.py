@@ -212,7 +212,7 @@ class Scheduler:
                 elif kind == "prefill_done":
                     step, at = payload
                     self.in_flight.remove(step)
-                    self._after_prefill(step, at)
+                    self._after_prefill(step, at, first_stage_done=True)
                 else:
                     self._take_in(payload)
         if cache.buffer_only:
@@ -451,6 +451,8 @@ class Scheduler:
         """The first stage is done with this micro-batch; the other stages finish it ``rest_s`` later."""
         self.in_flight.append(step)
         self.prefilling = []
+        for c in step.chunks:
+            self._chunk_progress(c)
         done_at = self.env.now + rest_s
         self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(("prefill_done", (step, done_at))))
 
@@ -473,23 +475,35 @@ class Scheduler:
         if f > env.now:
             yield env.timeout(f - env.now)
 
-    def _after_prefill(self, step: Step, now: float) -> None:
-        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission."""
+    def _chunk_progress(self, c: Chunk) -> None:
+        """The first (or only) stage is done with chunk ``c``: its request's progress, and the request
+        being chunked. Under PP this happens when the micro-batch leaves the first stage, so the next
+        chunk enters the pipeline right behind it (SGLang schedules it in the next micro-batch); a
+        chunk must never be scheduled again while it is still in the pipeline."""
+        r = c.req
+        r.done_tokens = c.end
+        self.counters["prefill_tokens"] += c.end - c.start
+        if not c.final:
+            self.chunked = r
+            upto = min(c.end // self.page, self._checkpoint_cap(r))
+            if upto > r.st.cached:
+                self.cache.checkpoint_request(r.st, upto)
+        elif self.chunked is r:
+            self.chunked = None
+
+    def _after_prefill(self, step: Step, now: float, *, first_stage_done: bool = False) -> None:
+        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission.
+        ``first_stage_done``: the chunks' progress was already taken when they left the first stage."""
         self.counters["prefill_steps"] += 1
-        self.prefilling = []
+        if not first_stage_done:
+            self.prefilling = []
         cache = self.cache
         for c in step.chunks:
             r = c.req
-            r.done_tokens = c.end
-            self.counters["prefill_tokens"] += c.end - c.start
+            if not first_stage_done:
+                self._chunk_progress(c)
             if not c.final:
-                self.chunked = r
-                upto = min(c.end // self.page, self._checkpoint_cap(r))
-                if upto > r.st.cached:
-                    cache.checkpoint_request(r.st, upto)
                 continue
-            if self.chunked is r:
-                self.chunked = None
             r.generated += 1
             if r.rec.first_token_s is None:
                 r.rec.first_token_s = now
