@@ -118,6 +118,11 @@ SCENARIO_CASES = [
         ["workload.multiturn", "would generate"],
         id="workload-too-large",
     ),
+    pytest.param(
+        {**TINY, "workload": {"kind": "multiturn", "multiturn": {"ready_queue_policy": "lifo"}}},
+        ["workload.multiturn.ready_queue_policy", "'random' or 'fifo'"],
+        id="unknown-ready-queue-policy",
+    ),
 ]
 
 

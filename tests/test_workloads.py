@@ -106,7 +106,7 @@ def test_azure_errors_cite_line(tmp_path):
 def test_multiturn_histories_grow_and_share_prefix():
     spec = MultiturnSpec(num_clients=4, num_rounds=3, request_length=300, output_length=50, request_rate=2.0)
     w = multiturn(spec, 64, seed=5)
-    assert w.closed_loop and w.max_parallel == spec.max_parallel
+    assert w.closed_loop and w.sender.max_parallel == spec.max_parallel
     by = {(r.session, r.turn): r for r in w.requests}
     r0, r1, r2 = by[("c0", 0)], by[("c0", 1)], by[("c0", 2)]
     assert r1.input_tokens == 300 + 50 + 300 and r2.input_tokens == 2 * 350 + 300
