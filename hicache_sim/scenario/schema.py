@@ -14,6 +14,7 @@ from ..core import (
     EVICTION_STRATEGIES,
     HOST_EVICTION_RULES,
     PREFETCH_STOP_POLICIES,
+    SCHEDULE_POLICIES,
     WRITE_POLICIES,
 )
 from ..hardware.presets import (
@@ -245,11 +246,27 @@ class CacheSpec(_Strict):
 
 
 class SchedulerSpec(_Strict):
-    chunked_prefill_size: int | None = Field(8192, gt=0, description="prefill chunk, tokens (null: whole prompt)")
+    chunked_prefill_size: int | None = Field(
+        8192, gt=0, description="prefill chunk, tokens (null or -1, SGLang's spelling: whole prompt, no chunking)"
+    )
     max_running_requests: int = Field(256, gt=0, description="cap on requests in the running batch")
     max_prefill_tokens: int = Field(16384, gt=0, description="new prefill tokens per step")
+    schedule_policy: str = Field(
+        "fcfs", description="waiting-queue order before each prefill batch (SGLang --schedule-policy; timed mode)"
+    )
     reserve_last_token: bool = Field(True, description="match at most input - 1 tokens, as SGLang")
     insert_output: bool = Field(True, description="cache output tokens too when a request finishes (timed)")
+
+    @field_validator("chunked_prefill_size", mode="before")
+    @classmethod
+    def _minus_one_disables(cls, v: Any) -> Any:
+        """SGLang's ``--chunked-prefill-size -1`` means no chunking, as null does here."""
+        return None if v == -1 and not isinstance(v, bool) else v
+
+    @field_validator("schedule_policy")
+    @classmethod
+    def _policy_known(cls, v: str) -> str:
+        return _in_registry(SCHEDULE_POLICIES, v)
 
 
 # --------------------------------------------------------------------------------------- workload
