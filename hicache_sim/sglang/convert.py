@@ -98,10 +98,12 @@ def from_command(
             _set(data, dotted, value)
     if ignored:
         need = "--enable-hierarchical-cache" if not ctx.hicache else "--hicache-storage-backend"
-        ctx.notes.append(f"{', '.join(sorted(set(ignored)))}: SGLang ignores them without {need}")
+        ctx.notes.append(f"{', '.join(sorted(set(ignored)))}: no effect without {need} (not read)")
     sc = build_scenario(data, "from-sglang")
+    r = resolve(sc)
+    ctx.notes += r.warnings
     if "--max-running-requests" not in parsed.args:
-        n = default_max_running_requests(resolve(sc))
+        n = default_max_running_requests(r)
         if n is not None:
             _set(data, "scheduler.max_running_requests", n)
             sc = build_scenario(data, "from-sglang")

@@ -93,6 +93,7 @@ def parse_command(argv: list[str] | str) -> ParsedCommand:
         out.env.append(tokens[i])
         i += 1
     start = _flags_start(tokens, i)
+    out.env += [t for t in tokens[i:start] if "=" in t and not t.startswith("-")]
     specs, _ = known_flags()
     i = start
     while i < len(tokens):

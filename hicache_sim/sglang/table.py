@@ -306,7 +306,7 @@ def _host_write(ctx: WriteContext) -> list[str]:
     elif c.host_size_gb is None and c.host_tokens is None:
         ratio = _DEFAULT_RATIO[c.host_memory_mode]
     else:
-        ratio = round(r.host_tokens / r.device_tokens, 4)
+        ratio = float(f"{r.host_tokens / r.device_tokens:.6g}")
         given = f"host_size_gb={c.host_size_gb}" if c.host_size_gb is not None else f"host_tokens={c.host_tokens}"
         ctx.notes.append(
             f"cache.{given}: SGLang sizes the host pool by --hicache-ratio or whole GB (--hicache-size); "
@@ -389,6 +389,9 @@ def _refuse(flag: str, why: str) -> Row:
 
 
 ROWS: tuple[Row, ...] = (
+    _refuse(
+        "--disable-radix-cache", "not modelled: the simulator is the radix (prefix) cache; without it nothing is reused"
+    ),
     Row(("--model-path",), _model_read, _model_write),
     Row(
         ("--kv-cache-dtype",),
@@ -460,7 +463,4 @@ ROWS: tuple[Row, ...] = (
         needs="storage",
     ),
     Row((_EXTRA_FLAG,), _extra_read, _extra_write, "storage"),
-    _refuse(
-        "--disable-radix-cache", "not modelled: the simulator is the radix (prefix) cache; without it nothing is reused"
-    ),
 )
