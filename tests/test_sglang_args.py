@@ -219,3 +219,25 @@ def test_from_sglang_cli_takes_the_command_as_one_string_and_prints_to_stdout():
     res = invoke("from-sglang", "--", f"{LLAMA} \\\n  --tp 2")
     assert res.exit_code == 0, res.output
     assert yaml.safe_load(res.stdout)["hardware"]["tp"] == 2
+
+
+def test_sglangs_spellings_load_in_scenarios_and_old_names_still_do():
+    from hicache_sim.scenario import build_scenario
+
+    assert build_scenario({"scheduler": {"chunked_prefill_size": -1}}, "s").scheduler.chunked_prefill_size is None
+    old = resolve(build_scenario({"cache": {"storage_backend": "3fs"}}, "s"))
+    new = resolve(build_scenario({"cache": {"storage_backend": "hf3fs"}}, "s"))
+    assert old.cache.storage and (old.storage_read_Bps, old.storage_latency_s) == (
+        new.storage_read_Bps,
+        new.storage_latency_s,
+    )
+    tokens, _ = to_command(build_scenario({"cache": {"storage_backend": "3fs"}}, "s"))
+    assert parse_command(tokens).args["--hicache-storage-backend"] == "hf3fs"
+
+
+def test_from_sglang_says_what_the_scenario_cannot_follow():
+    conv = from_command(
+        f"{LLAMA} --enable-hicache --hicache-storage-backend hf3fs --schedule-policy lpm", mode="instant"
+    )
+    assert any("caps no storage prefetch timeout" in n for n in conv.notes)
+    assert any("timed mode only" in n for n in conv.notes)

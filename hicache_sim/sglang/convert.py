@@ -102,6 +102,13 @@ def from_command(
     sc = build_scenario(data, "from-sglang")
     r = resolve(sc)
     ctx.notes += r.warnings
+    if r.cache.storage and r.cache.timeout_max_s is not None:
+        ctx.notes.append(
+            f"SGLang {SGLANG_VERSION} caps no storage prefetch timeout; the scenario keeps cache.semantics "
+            f"{sc.cache.semantics}'s cap of {r.cache.timeout_max_s} s"
+        )
+    if mode == "instant" and sc.scheduler.schedule_policy != "fcfs":
+        ctx.notes.append("--schedule-policy: acts in timed mode only (instant mode serves requests in arrival order)")
     if "--max-running-requests" not in parsed.args:
         n = default_max_running_requests(r)
         if n is not None:
