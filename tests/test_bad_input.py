@@ -559,6 +559,19 @@ def test_bad_from_sglang_option(tmp_path, monkeypatch, options, fragments):
     assert snapshot(tmp_path) == {}
 
 
+def test_from_sglang_replaces_only_its_own_file(tmp_path):
+    mine = tmp_path / "notes.yaml"
+    mine.write_text("name: mine\n")
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("from-sglang", "--out", mine, "--", *LAUNCH), "notes.yaml", "not written by from-sglang")
+    assert snapshot(tmp_path) == before
+    made = tmp_path / "s.yaml"
+    for tp in ("1", "2"):  # a file from-sglang wrote is replaced
+        r = invoke("from-sglang", "--out", made, "--", *LAUNCH, "--tp", tp)
+        assert r.exit_code == 0, r.output
+    assert yaml.safe_load(made.read_text())["hardware"]["tp"] == 2
+
+
 def test_sglang_args_of_a_bad_scenario(tmp_path):
     sc = write_scenario(tmp_path, with_("cache", page_sise=64))
     assert_user_error(invoke("sglang-args", sc), "bad.yaml", "cache.page_sise", "unknown key")

@@ -26,10 +26,21 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _check_out(out: Path) -> None:
+    """A new file in an existing folder, or a scenario from-sglang wrote before (it is replaced)."""
+    from ..sglang.convert import HEADER
+
     if out.is_dir():
         raise UserError(f"--out {out}: is a folder; expected a scenario file name")
     if not out.parent.is_dir():
         raise UserError(f"--out {out}: folder {out.parent} does not exist")
+    if out.exists():
+        try:
+            with out.open("rb") as f:
+                first = f.read(len(HEADER))
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot read it ({(e.strerror or type(e).__name__).lower()})") from None
+        if first != HEADER.encode():
+            raise UserError(f"--out {out}: exists and was not written by from-sglang; name a new file")
 
 
 @app.command(

@@ -151,13 +151,17 @@ def normalised(argv: list[str] | str) -> dict[str, Any]:
     return {k: v for k, v in parse_command(tokens).args.items()}
 
 
+# How every file from-sglang writes begins (the CLI replaces only a file that begins so).
+HEADER = "# Made by hicache-sim from-sglang"
+
+
 def scenario_yaml(conv: Conversion, argv: list[str] | str) -> str:
     """The scenario file from-sglang writes: a header with the command it came from, then the data."""
     import yaml
 
     command = command_line(split_command(argv))
     lines = [
-        f"# Made by hicache-sim from-sglang (sglang {SGLANG_VERSION} flags; its defaults for flags not given) from:",
+        f"{HEADER} (sglang {SGLANG_VERSION} flags; its defaults for flags not given) from:",
         *(f"#   {part}" for part in _wrap(command)),
         "# The workload is the simulator's default (the Mooncake conversation trace): set workload to your traffic.",
     ]
