@@ -50,7 +50,7 @@ def _check_out(out: Path) -> None:
 def from_sglang(
     command: list[str] = typer.Argument(
         ...,
-        metavar="-- COMMAND...",
+        metavar="COMMAND",
         help="the SGLang launch command after --: python -m sglang.launch_server --model-path ... "
         "(or one quoted string)",
     ),
