@@ -193,7 +193,7 @@ _REGISTRY_FIELDS = {
 
 
 class CacheSpec(_Strict):
-    page_size: int = Field(64, gt=0, description="tokens per page")
+    page_size: int = Field(1, gt=0, description="tokens per page (SGLang's --page-size default: 1)")
     device_tokens: int | None = Field(None, gt=0, description="device KV pool, tokens (default: from GPU memory)")
     host_ratio: float | None = Field(None, ge=0, description="host pool = ratio x device pool")
     host_size_gb: float | None = Field(None, ge=0, description="host pool in GB per rank (overrides ratio)")
