@@ -9,6 +9,7 @@ which keeps the candidate sets equal to their definitions (invariant 8). The ope
 from __future__ import annotations
 
 import heapq
+from heapq import heappush
 from typing import Any
 
 from .config import CacheConfig
@@ -35,6 +36,10 @@ class CacheState:
         self.write_policy = WRITE_POLICIES.get(config.write_policy)
         self.host_rule = HOST_EVICTION_RULES.get(config.host_eviction)()
         self.stop_policy = PREFETCH_STOP_POLICIES.get(config.prefetch_policy)()
+        # Bound once: _refresh runs on every lock, touch and copy change.
+        self._dev_key = self.strategy.key
+        self._host_is_candidate = self.host_rule.is_candidate
+        self._host_key = self.host_rule.key
         self.buffer_only = config.host_memory_mode == "buffer_only"
         self._page_level = config.eviction_granularity == "page"
         # Logical clock for access/creation order: strictly increasing, so no two nodes tie.
@@ -113,27 +118,36 @@ class CacheState:
         return node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0 and node is not self.root
 
     def _refresh(self, node: Node) -> None:
-        """Recompute both candidacies and keys of ``node``; push a heap entry where either changed."""
+        """Recompute both candidacies and keys of ``node``; push a heap entry where either changed.
+
+        The hottest function of the core (every lock, touch and copy change): the device test is
+        ``is_device_candidate`` written out, the key functions are bound once in ``__init__``.
+        """
         if node is self.root:
             return
-        if self.is_device_candidate(node):
-            k = self.strategy.key(node)
-            if self._dev_cands.get(node) != k:
-                self._dev_cands[node] = k
-                heapq.heappush(self._dev_heap, (k, node.id, self._tick_push(), node))
-        elif node in self._dev_cands:
-            del self._dev_cands[node]
-        if self.host_rule.is_candidate(self, node):
-            k = self.host_rule.key(self, node)
-            if self._host_cands.get(node) != k:
-                self._host_cands[node] = k
-                heapq.heappush(self._host_heap, (k, node.id, self._tick_push(), node))
-        elif node in self._host_cands:
-            del self._host_cands[node]
+        cands = self._dev_cands
+        if node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0:
+            k = self._dev_key(node)
+            if cands.get(node) != k:
+                cands[node] = k
+                self._pushes += 1
+                heappush(self._dev_heap, (k, node.id, self._pushes, node))
+        elif node in cands:
+            del cands[node]
+        cands = self._host_cands
+        if self._host_is_candidate(self, node):
+            k = self._host_key(self, node)
+            if cands.get(node) != k:
+                cands[node] = k
+                self._pushes += 1
+                heappush(self._host_heap, (k, node.id, self._pushes, node))
+        elif node in cands:
+            del cands[node]
 
     def _touch(self, node: Node) -> None:
         """Mark ``node`` accessed now; re-queue it where its eviction key changed."""
-        node.last_access = self._tick()
+        self._clock += 1
+        node.last_access = self._clock
         self._refresh(node)
 
     @staticmethod
