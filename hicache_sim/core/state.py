@@ -54,6 +54,10 @@ class CacheState:
         # evictable + protected == device pages held by tree nodes.
         self.evictable_pages = 0
         self.protected_pages = 0
+        # Host pages held by tree nodes, and pages of D+H nodes: kept by the mutators below so that a
+        # residency sample is O(1) rather than a walk of the tree.
+        self.tree_host_pages = 0
+        self.mirror_pages = 0
         # Candidate sets (dicts keep a deterministic order) and lazily invalidated heaps: an entry
         # is (key, node id, push number, node) and is valid only while the node is still a candidate and its key
         # is unchanged; a changed key pushes a fresh entry. Pops are O(log n) amortised; the heap
@@ -207,6 +211,8 @@ class CacheState:
             parent.n_dev_children += 1
         if child.host_value is not None:
             parent.n_host_children += 1
+            # New children are D-only (insert) or H-only (prefetch), never mirrors.
+            self.tree_host_pages += len(child.key)
         self._refresh(child)
         self._refresh(parent)
 
@@ -214,6 +220,8 @@ class CacheState:
         """Give an evicted node device pages (re-attach or load-back); counts them as evictable."""
         node.value = pages
         self.evictable_pages += len(pages)
+        if node.host_value is not None:
+            self.mirror_pages += len(pages)
         node.parent.n_dev_children += 1
         self._refresh(node)
         self._refresh(node.parent)
@@ -223,6 +231,8 @@ class CacheState:
         pages = node.value
         node.value = None
         self.evictable_pages -= len(pages)
+        if node.host_value is not None:
+            self.mirror_pages -= len(pages)
         node.parent.n_dev_children -= 1
         self._refresh(node)
         self._refresh(node.parent)
@@ -230,6 +240,9 @@ class CacheState:
 
     def _set_host_value(self, node: Node, pages: list[int]) -> None:
         node.host_value = pages
+        self.tree_host_pages += len(pages)
+        if node.value is not None:
+            self.mirror_pages += len(pages)
         node.parent.n_host_children += 1
         self._refresh(node)
         self._refresh(node.parent)
@@ -237,6 +250,10 @@ class CacheState:
     def _clear_host_value(self, node: Node) -> None:
         """Free a node's host pages (mutates)."""
         self.host.free(node.host_value)
+        n = len(node.host_value)
+        self.tree_host_pages -= n
+        if node.value is not None:
+            self.mirror_pages -= n
         node.host_value = None
         node.parent.n_host_children -= 1
         self._refresh(node)
@@ -248,6 +265,8 @@ class CacheState:
             raise CacheStateError(f"delete of node {node.id} which still has {len(node.children)} children")
         parent = node.parent
         del parent.children[node.key[0]]
+        if node.value is not None and node.host_value is not None:
+            self.mirror_pages -= len(node.key)
         if node.value is not None:
             self.device.free(node.value)
             self.evictable_pages -= len(node.value)
@@ -255,6 +274,7 @@ class CacheState:
             node.value = None
         if node.host_value is not None:
             self.host.free(node.host_value)
+            self.tree_host_pages -= len(node.host_value)
             parent.n_host_children -= 1
             node.host_value = None
         self._dev_cands.pop(node, None)
@@ -375,7 +395,13 @@ class CacheState:
         return out
 
     def residency(self) -> dict[str, int]:
-        """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H)."""
+        """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H).
+
+        From the counters the mutators keep (O(1)); ``residency_walk`` recounts them from the tree."""
+        return _residency(self.evictable_pages + self.protected_pages, self.tree_host_pages, self.mirror_pages)
+
+    def residency_walk(self) -> dict[str, int]:
+        """``residency`` counted node by node (O(nodes); for checks)."""
         d = h = dh = 0
         for node in self.iter_nodes():
             n = len(node.key)
@@ -385,10 +411,14 @@ class CacheState:
                     dh += n
             if node.host_value is not None:
                 h += n
-        return {
-            "device_pages": d,
-            "host_pages": h,
-            "mirror_pages": dh,
-            "device_only_pages": d - dh,
-            "host_only_pages": h - dh,
-        }
+        return _residency(d, h, dh)
+
+
+def _residency(d: int, h: int, dh: int) -> dict[str, int]:
+    return {
+        "device_pages": d,
+        "host_pages": h,
+        "mirror_pages": dh,
+        "device_only_pages": d - dh,
+        "host_only_pages": h - dh,
+    }
