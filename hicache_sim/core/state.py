@@ -9,7 +9,7 @@ which keeps the candidate sets equal to their definitions (invariant 8). The ope
 from __future__ import annotations
 
 import heapq
-from heapq import heappush
+from heapq import heappop, heappush
 from typing import Any
 
 from .config import CacheConfig
@@ -41,6 +41,7 @@ class CacheState:
         self._host_is_candidate = self.host_rule.is_candidate
         self._host_key = self.host_rule.key
         self.buffer_only = config.host_memory_mode == "buffer_only"
+        self.has_host = config.has_host
         self._page_level = config.eviction_granularity == "page"
         # Logical clock for access/creation order: strictly increasing, so no two nodes tie.
         self._clock = 0
@@ -148,6 +149,11 @@ class CacheState:
         elif node in cands:
             del cands[node]
 
+    def _touch_root(self) -> None:
+        """``_touch(root)``: the root is stamped but never a candidate."""
+        self._clock += 1
+        self.root.last_access = self._clock
+
     def _touch(self, node: Node) -> None:
         """Mark ``node`` accessed now; re-queue it where its eviction key changed."""
         self._clock += 1
@@ -158,7 +164,7 @@ class CacheState:
     def _pop(heap: list[tuple[Any, int, int, Node]], cands: dict[Node, Any]) -> Node | None:
         """Pop the smallest valid entry: the node is still a candidate under the same key."""
         while heap:
-            k, _, _, node = heapq.heappop(heap)
+            k, _, _, node = heappop(heap)
             if cands.get(node) == k:
                 return node
         return None
