@@ -114,3 +114,17 @@ def test_sub_question_length_and_range_ratio_shape_the_prompts():
     assert all(150 <= n <= 300 for n in firsts) and len(set(firsts)) > 1
     outs = [r.output_tokens for r in var.requests]
     assert all(10 <= n <= 20 for n in outs) and len(set(outs)) > 1
+
+
+def test_round_counts_per_client_are_drawn_first_from_the_seeded_stream():
+    wl = _wl(min_rounds=1, max_rounds=4)
+    rng = random.Random(3)
+    want = [rng.randint(1, 4) for _ in range(5)]  # bench_multiturn's draws, before the sender's
+    got = [sum(1 for r in wl.requests if r.session == f"c{k}") for k in range(5)]
+    assert got == want and len(set(want)) > 1
+    # The sender continues that stream: its first pop is the next draw.
+    assert wl.requests[0].rid == f"c{rng.randrange(5)}r0"
+    assert _wl(max_rounds=2).sender == _wl(num_rounds=2).sender  # min 0 = max: fixed, no draw
+    for barrier in (False, True):  # the barrier waits for the clients still in each round
+        wl = _wl(min_rounds=1, max_rounds=4, round_barrier=barrier, max_parallel=2)
+        assert _closed_loop_sends(wl) == [(r.rid, r.arrival_s) for r in wl.requests]

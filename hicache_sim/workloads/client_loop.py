@@ -8,8 +8,10 @@ mean 1 / rate; uniform: U(0, 2 / rate)) whether or not it sent; at the cap it sl
 A finished request appends its client's next turn to the queue; with the round barrier the next turns
 are held (in finish order) until every request of the round finished, then released after a pause
 (bench_multiturn sends a small heartbeat request and sleeps 10 s). One ``random.Random(seed)`` feeds
-both the pops and the gaps in the order bench_multiturn draws them from its seeded ``random`` module,
-so with a server that answers at once the order below is the one bench_multiturn sends for that seed.
+both the pops and the gaps (after the per-client round counts, when they vary) in the order
+bench_multiturn draws them from its seeded ``random`` module: with a server that answers at once, the
+order below is the one its sender draws for that seed, as long as nothing else drew from that stream
+first (its ShareGPT sampling, without ``--disable-random-sample``, may shuffle with it).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class SenderSpec:
     barrier_pause_s: float = 10.0
     #: The ready queue at the start, bench_multiturn's client 0..N-1 (empty: first appearance in the list).
     clients: tuple[str, ...] = ()
+    #: The stream's state when the sender starts, where draws came first (bench_multiturn's per-client
+    #: round counts); None: ``random.Random(seed)`` fresh.
+    rng_state: tuple | None = None
 
 
 class ClientLoop:
@@ -66,6 +71,8 @@ class ClientLoop:
     def __init__(self, requests: Sequence[Request], spec: SenderSpec) -> None:
         self.spec = spec
         self.rng = random.Random(spec.seed)
+        if spec.rng_state is not None:
+            self.rng.setstate(spec.rng_state)
         self._pick = READY_QUEUE_POLICIES.get(spec.policy)
         self._gap = GAP_DISTRIBUTIONS.get(spec.distribution)
         self.turns: dict[str, list[Request]] = {}

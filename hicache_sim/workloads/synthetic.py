@@ -11,6 +11,7 @@ scenario seed.
 from __future__ import annotations
 
 import dataclasses
+import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,7 +72,12 @@ def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workloa
     earlier prompt and answer) plus a sub-question. Requests come in the closed loop's no-load order."""
     seed = spec.seed if spec.seed is not None else seed
     rng_len = _rng(seed, "lengths")
-    c, rounds = spec.num_clients, spec.num_rounds
+    c = spec.num_clients
+    lo, rounds = spec.round_range()
+    # bench_multiturn draws each client's round count first from its seeded stream (none when fixed);
+    # the sender's pops and gaps continue that stream.
+    stream = random.Random(seed)
+    turns = [stream.randint(lo, rounds) for _ in range(c)] if lo < rounds else [rounds] * c
     sub_len = spec.sub_question_input_length or spec.request_length
     q_lens = np.empty((c, rounds), dtype=np.int64)
     q_lens[:, 0] = _lengths(rng_len, c, spec.request_length, spec.range_ratio)
@@ -80,12 +86,14 @@ def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workloa
     reqs = []
     for r in range(rounds):
         for k in range(c):
-            stream = hash((seed, CLIENT, k))
+            if r >= turns[k]:
+                continue
+            key = hash((seed, CLIENT, k))
             hist = int(q_lens[k, :r].sum() + o_lens[k, :r].sum())
             inp = hist + int(q_lens[k, r])
             out = int(o_lens[k, r])
-            keys = stream_keys(stream, inp, page_size, partial)
-            done = _finish_keys(stream, inp + out, page_size)
+            keys = stream_keys(key, inp, page_size, partial)
+            done = _finish_keys(key, inp + out, page_size)
             reqs.append(Request(f"c{k}r{r}", 0.0, inp, out, keys, session=f"c{k}", turn=r, finish_keys=done))
     sender = SenderSpec(
         policy=spec.ready_queue_policy,
@@ -96,6 +104,7 @@ def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workloa
         round_barrier=spec.round_barrier,
         barrier_pause_s=spec.round_barrier_pause_s,
         clients=tuple(f"c{k}" for k in range(c)),
+        rng_state=stream.getstate(),
     )
     ordered = [dataclasses.replace(q, arrival_s=t) for q, t in no_load_order(reqs, sender)]
     return Workload(ordered, sender)
