@@ -75,7 +75,7 @@ def test_runner_writes_the_table_and_the_command(tmp_path):
 def test_what_the_readme_states(rows):
     """The top-level README's paragraph, at its precision (update both together)."""
     l1 = {int(r.key): abs(r.abs_err) for r in rows["sglang_27010_l1"] if r.metric == "hit_rate"}
-    assert max(l1[k] for k in (3, 4, 5)) < 0.01  # "within 0.01 (rounds 3-5)"
+    assert max(l1[k] for k in (3, 4, 5)) < 0.02  # "within 0.02 (rounds 3-5)"
     assert max(l1[k] for k in (6, 7, 8, 9)) < 0.05  # "0.05 (rounds 6-9)"
     blog = rows["mooncake_blog_h800"]
     mc = [abs(r.abs_err) for r in blog if r.metric == "hit_rate" and r.key.startswith("mooncake")]
