@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from lru_oracle import lru_stack_hits  # noqa: E402
+from lru_oracle import lru_stack_hits
 
-from hicache_sim.workloads.traces import load_mooncake, vendored_trace  # noqa: E402
+from hicache_sim.workloads.traces import load_mooncake, vendored_trace
 
 TRACE = "mooncake/conversation_trace.jsonl"  # the default scenario's trace
 PAGE_SIZE = 512

@@ -239,8 +239,21 @@ def test_sweep_on_a_local_dask_cluster(tmp_path):
     out = tmp_path / "sw"
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
         r = invoke("sweep", sc, "--out", out, "--dask-scheduler", cl.scheduler_address)
-    assert r.exit_code == 0, r.output
-    table = pd.read_parquet(out / "sweep.parquet")
+        assert r.exit_code == 0, r.output
+        table = pd.read_parquet(out / "sweep.parquet")
+        # Each worker parsed the trace once for all its points: one workload in its cache.
+        with distributed.Client(cl.scheduler_address) as client:
+            cached = client.run(lambda: sorted(__import__("hicache_sim.sweep").sweep._WORKLOADS))
+        assert all(len(keys) <= 1 for keys in cached.values()), cached
+        assert len({k for keys in cached.values() for k in keys}) == 1, cached
+        # Resume on the cluster: only the point whose file is gone runs again, with the same result.
+        victim = sorted((out / "points").glob("*.json"))[0]
+        before = json.loads(victim.read_text())
+        victim.unlink()
+        r = invoke("sweep", sc, "--out", out, "--dask-scheduler", cl.scheduler_address)
+        assert r.exit_code == 0, r.output
+        assert "(1 run, 3 already done)" in r.output
+        assert json.loads(victim.read_text())["hit_rate.total"] == before["hit_rate.total"]
     assert len(table) == 4
     local = tmp_path / "local"
     assert invoke("sweep", sc, "--out", local, "--workers", "1").exit_code == 0
