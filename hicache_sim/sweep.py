@@ -16,7 +16,7 @@ import pandas as pd
 
 from .output.identity import computed_part, differing_keys, digest, input_files, point_identity
 from .output.write import OutputError, apply_umask, prepare_folder, write_text_atomic
-from .scenario import ScenarioError, build_scenario, scenario_dump
+from .scenario import ScenarioError, build_scenario, resolve, scenario_dump
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,6 @@ def cached_workload(sc, page_size: int, base_dir: str | None):
 def run_point(base: dict, source: str, overrides: list[str], base_dir: str | None) -> dict:
     """Run one point (in a worker process) and return its flat summary row."""
     from .runner import simulate
-    from .scenario import resolve
 
     data = dict(base)
     data.pop("sweep", None)
@@ -134,6 +133,7 @@ def plan(base: dict, source: str, set_args: Iterable[str] = (), base_dir: str | 
     for p in grid(sc.sweep):
         args = [*set_args, *p.as_set_args()]
         point_sc = build_scenario(data, source, args)
+        resolve(point_sc)  # sizes too: a point the pools cannot hold fails here, not in a worker
         out.append(PlannedPoint(p, args, point_identity(scenario_dump(point_sc), base_dir)))
     return out
 

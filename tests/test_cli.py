@@ -233,6 +233,15 @@ def test_sweep_bad_grid_value_fails_before_running(tmp_path):
     assert not out.exists()  # validated before anything is written: no folder, no points
 
 
+def test_sweep_point_the_pools_cannot_size_fails_before_running(tmp_path):
+    # 300 device pages x 0.501 is no whole number of pages: exact host alignment refuses it at resolve
+    bad = {**TINY, "sweep": {"cache.host_ratio": [0.5, 0.501]}}
+    sc = write_yaml(tmp_path / "sw.yaml", bad)
+    out = tmp_path / "sw"
+    assert_user_error(invoke("sweep", sc, "--out", out, "--workers", "1"), "host_alignment")
+    assert not out.exists()
+
+
 def test_sweep_on_a_local_dask_cluster(tmp_path):
     distributed = pytest.importorskip("dask.distributed")
     sc = write_yaml(tmp_path / "sw.yaml", SWEEP)
