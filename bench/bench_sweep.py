@@ -22,13 +22,20 @@ import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import hicache_sim.sweep as sweep
-from hicache_sim.scenario import load_scenario_data
-from hicache_sim.workloads.build import build_workload
+# This checkout's package, not whichever one is installed (a script's sys.path starts at bench/); the
+# LocalCluster's worker processes inherit it through PYTHONPATH.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+import hicache_sim.sweep as sweep  # noqa: E402
+from hicache_sim.scenario import load_scenario_data  # noqa: E402
+from hicache_sim.workloads.build import build_workload  # noqa: E402
 
 RATIOS = [0.5, 1.0, 2.0, 4.0]
 RULES = ["evicted_only", "reclaim_mirrors", "boundary"]

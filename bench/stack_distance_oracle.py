@@ -12,11 +12,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's package and the tests' oracle
 
-from lru_oracle import lru_stack_hits
+from lru_oracle import lru_stack_hits  # noqa: E402
 
-from hicache_sim.workloads.traces import load_mooncake, vendored_trace
+from hicache_sim.workloads.traces import load_mooncake, vendored_trace  # noqa: E402
 
 TRACE = "mooncake/conversation_trace.jsonl"  # the default scenario's trace
 PAGE_SIZE = 512
