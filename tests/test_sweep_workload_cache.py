@@ -8,7 +8,7 @@ import json
 import pytest
 
 import hicache_sim.sweep as sweep
-import hicache_sim.workloads.build as build
+import hicache_sim.workloads.kinds.trace as trace_kind
 from hicache_sim.workloads.traces import vendored_trace
 
 BASE = {
@@ -25,13 +25,13 @@ BASE = {
 def parses(monkeypatch):
     """Counts trace parses in this process (the cache starts empty)."""
     calls = []
-    real = build.load_mooncake
+    real = trace_kind.BLOCK_LOADERS["mooncake"]
 
     def counting(path, *args, **kw):
         calls.append(str(path))
         return real(path, *args, **kw)
 
-    monkeypatch.setattr(build, "load_mooncake", counting)
+    monkeypatch.setitem(trace_kind.BLOCK_LOADERS, "mooncake", counting)
     monkeypatch.setattr(sweep, "_WORKLOADS", {})
     return calls
 
