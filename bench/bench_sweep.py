@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib
 import os
 import platform
 import shutil
@@ -33,9 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
-import hicache_sim.sweep as sweep  # noqa: E402
 from hicache_sim.scenario import load_scenario_data  # noqa: E402
 from hicache_sim.workloads.build import build_workload  # noqa: E402
+
+sweep = importlib.import_module("hicache_sim.sweep")  # the module, not the API's sweep function
 
 RATIOS = [0.5, 1.0, 2.0, 4.0]
 RULES = ["evicted_only", "reclaim_mirrors", "boundary"]

@@ -252,7 +252,7 @@ def test_sweep_on_a_local_dask_cluster(tmp_path):
         table = pd.read_parquet(out / "sweep.parquet")
         # Each worker parsed the trace once for all its points: one workload in its cache.
         with distributed.Client(cl.scheduler_address) as client:
-            cached = client.run(lambda: sorted(__import__("hicache_sim.sweep").sweep._WORKLOADS))
+            cached = client.run(lambda: sorted(__import__("sys").modules["hicache_sim.sweep"]._WORKLOADS))
         assert all(len(keys) <= 1 for keys in cached.values()), cached
         assert len({k for keys in cached.values() for k in keys}) == 1, cached
         # Resume on the cluster: only the point whose file is gone runs again, with the same result.

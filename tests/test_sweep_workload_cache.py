@@ -3,13 +3,16 @@ process by what it is built from (workload section, seed, page size, input files
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
 
-import hicache_sim.sweep as sweep
 import hicache_sim.workloads.kinds.trace as trace_kind
 from hicache_sim.workloads.traces import vendored_trace
+
+# The module (``hicache_sim.sweep`` as an attribute is the API's sweep function).
+sweep = importlib.import_module("hicache_sim.sweep")
 
 BASE = {
     "name": "cache",
