@@ -21,6 +21,7 @@ import datetime as dt
 import importlib
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -60,10 +61,24 @@ def resume_base(points: int) -> dict:
     return {**data, "sweep": {"cache.host_ratio": [round(0.25 + 0.005 * i, 3) for i in range(points)]}}
 
 
-def timed_sweep(base: dict, folder: Path, **kw) -> tuple[float, int]:
-    t0 = time.perf_counter()
+def cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (local worker processes, once the pool
+    shuts down; not a Dask cluster's workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+#: Busy cores of the local configurations: CPU seconds / wall seconds, per sweep.
+CORES: dict[str, list[float]] = {}
+
+
+def timed_sweep(base: dict, folder: Path, label: str = "", **kw) -> tuple[float, int]:
+    c0, t0 = cpu_s(), time.perf_counter()
     res = sweep.run_sweep(base, "builtin:default", folder, **kw)
-    return time.perf_counter() - t0, res.ran
+    wall = time.perf_counter() - t0
+    if "dask_scheduler" not in kw:
+        CORES.setdefault(label, []).append((cpu_s() - c0) / wall)
+    return wall, res.ran
 
 
 def uncached(sc, page_size, base_dir):
@@ -100,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, kw in configs:
             walls = []
             for i in range(args.repeat):
-                wall, ran = timed_sweep(base, tmp / f"{label[:8].strip()}{i}".replace(" ", "_"), **kw)
+                wall, ran = timed_sweep(base, tmp / f"{label[:8].strip()}{i}".replace(" ", "_"), label, **kw)
                 assert ran == n
                 walls.append(wall)
             rows.append((label, walls))
@@ -108,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
             real = sweep.cached_workload
             sweep.cached_workload = uncached
             try:
-                walls = [timed_sweep(base, tmp / f"uncached{i}", workers=1)[0] for i in range(args.repeat)]
+                label = "1 worker, trace parsed per point (cache bypassed)"
+                walls = [timed_sweep(base, tmp / f"uncached{i}", label, workers=1)[0] for i in range(args.repeat)]
             finally:
                 sweep.cached_workload = real
-            rows.append(("1 worker, trace parsed per point (cache bypassed)", walls))
+            rows.append((label, walls))
         resume_lines: list[str] = []
         if args.resume_points:
             rb = resume_base(args.resume_points)
@@ -171,13 +187,14 @@ def main(argv: list[str] | None = None) -> int:
         f"(plan, points, table), {args.repeat} sweep(s) per configuration, median (min-max)",
         f"- LocalCluster start (not in the figures): {cluster_start:.1f} s",
         "",
-        "| workers | wall s | points/min | speed-up vs 1 worker |",
-        "|---|---|---|---|",
+        "| workers | wall s | points/min | speed-up vs 1 worker | busy cores (CPU s / wall s) |",
+        "|---|---|---|---|---|",
     ]
     for label, walls in rows:
         med = statistics.median(walls)
         lines.append(
-            f"| {label} | {med:.1f} ({min(walls):.1f}-{max(walls):.1f}) | {n / med * 60:.1f} | {one / med:.2f}x |"
+            f"| {label} | {med:.1f} ({min(walls):.1f}-{max(walls):.1f}) | {n / med * 60:.1f} | {one / med:.2f}x "
+            f"| {f'{statistics.median(CORES[label]):.2f}' if label in CORES else 'n/a (cluster processes)'} |"
         )
     text = "\n".join(lines + resume_lines) + "\n"
     print(text)
