@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 
 from .core import HOST_EVICTION_RULES, WRITE_POLICIES
-from .scenario import ScenarioError, build_scenario, resolve
 from .output.write import prepare_folder
+from .scenario import ScenarioError, build_scenario, resolve
 from .sweep import Point, plan, run_sweep
 
 SIZE, POLICY, RULE, STORAGE = "cache.host_size_gb", "cache.write_policy", "cache.host_eviction", "cache.storage_backend"
