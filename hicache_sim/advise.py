@@ -33,8 +33,6 @@ UPSTREAM_RULE = "evicted_only"  # SGLang's own host eviction; the other rules ar
 DEFAULT_RATIOS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 # With no target: the smallest host within this much (absolute) of the best hit rate in the budget.
 KNEE_TOLERANCE = 0.01
-# The project's storage presets as SGLang's --hicache-storage-backend names them.
-SGLANG_STORAGE = {"local_nvme": "file", "nvme_gen5": "file", "3fs": "hf3fs", "mooncake": "mooncake"}
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,9 @@ def ordered(table: pd.DataFrame) -> pd.DataFrame:
     t["_rule"] = t[RULE].map(lambda r: (r != UPSTREAM_RULE, HOST_EVICTION_RULES.names().index(r)))
     t["_policy"] = t[POLICY].map(WRITE_POLICIES.names().index)
     t["_storage"] = (t[STORAGE] != "none") if STORAGE in t else False
-    t = t.sort_values([SIZE, HIT, "_rule", "_policy", "_storage"], ascending=[True, False, True, True, True], kind="stable")
+    t = t.sort_values(
+        [SIZE, HIT, "_rule", "_policy", "_storage"], ascending=[True, False, True, True, True], kind="stable"
+    )
     return t.drop(columns=["_rule", "_policy", "_storage"]).reset_index(drop=True)
 
 
@@ -160,14 +160,15 @@ def _plain(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
-def hicache_flags(row: pd.Series, storage_backend: str) -> list[str]:
-    """SGLang launch flags for the host tier of one advised point. A small local stand-in for the
-    ``sglang-args`` verb (issue 13 part 1): replace with it when it lands."""
-    flags = ["--enable-hierarchical-cache", f"--hicache-size {int(row[SIZE])}", f"--hicache-write-policy {row[POLICY]}"]
-    backend = row[STORAGE] if STORAGE in row else storage_backend
-    if backend != "none":
-        flags.append(f"--hicache-storage-backend {SGLANG_STORAGE.get(backend, backend)}")
-    return flags
+def launch_command(st: Setup, source: str, set_args: list[str], row: pd.Series) -> tuple[str, list[str]]:
+    """The SGLang launch command realising one advised point (``sglang-args``), and what no flag says
+    (the host-eviction proposal notes are left to the advice, which says them once)."""
+    from .sglang import to_command
+    from .sglang.convert import command_line
+
+    sc = build_scenario(st.base, source, [*set_args, *point_of(row, list(st.axes)).as_set_args()])
+    tokens, notes = to_command(sc)
+    return command_line(tokens), [n for n in notes if not n.startswith(f"{RULE}=")]
 
 
 def validation_summary(root: Path) -> str:
@@ -209,6 +210,7 @@ class Advice:
     upstream: pd.Series | None  # the same answer restricted to SGLang's upstream rule (hit-rate target)
     setup: Setup
     validation: str
+    launch: tuple[str, list[str]] = ("", [])  # the SGLang command of the chosen point, and its notes
 
 
 def advise(
@@ -264,8 +266,20 @@ def advise(
         upstream = smallest_meeting(up_table, target, value) if met else best_reachable(up_table, target)
         timed_table = None if instant_only else timed([point_of(chosen, keys)])
         timed_row = None if timed_table is None else timed_table.iloc[0]
+        launch = launch_command(st, source, set_args, chosen)
         return Advice(
-            target, value, met, chosen, chosen, timed_row, inst, timed_table, upstream, st, validation_summary(root)
+            target,
+            value,
+            met,
+            chosen,
+            chosen,
+            timed_row,
+            inst,
+            timed_table,
+            upstream,
+            st,
+            validation_summary(root),
+            launch,
         )
     # TTFT: time the best-per-size configurations, smallest first, a batch of `workers` at a time.
     cands = curve(inst)
@@ -280,6 +294,18 @@ def advise(
     met = row is not None
     chosen = row if met else best_reachable(timed_table, target)
     same = (inst[keys] == pd.Series({k: chosen[k] for k in keys})).all(axis=1)
+    launch = launch_command(st, source, set_args, chosen)
     return Advice(
-        target, target.value, met, chosen, inst[same].iloc[0], chosen, inst, timed_table, None, st, validation_summary(root)
+        target,
+        target.value,
+        met,
+        chosen,
+        inst[same].iloc[0],
+        chosen,
+        inst,
+        timed_table,
+        None,
+        st,
+        validation_summary(root),
+        launch,
     )

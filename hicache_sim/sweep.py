@@ -232,7 +232,9 @@ def run_sweep(
                 f.unlink()
         points_dir.mkdir(exist_ok=True)
         apply_umask(points_dir, directory=True)
-        grid_ = (base.get("sweep") or {}) if keys is None else {k: [dict(p.overrides).get(k) for p in points] for k in keys}
+        grid_ = (
+            (base.get("sweep") or {}) if keys is None else {k: [dict(p.overrides).get(k) for p in points] for k in keys}
+        )
         manifest = {"source": source, "set": set_args, "base_scenario": base_record, "grid": grid_}
         write_text_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n")
         todo = [p for p in planned if not _done(points_dir, p)]

@@ -66,8 +66,11 @@ def test_recommends_the_smallest_grid_point_meeting_the_target(scenario, folder)
     assert (t[t[SIZE] < smallest][HIT] < 0.1).all()
     best_there = meeting[meeting[SIZE] == smallest][HIT].max()
     assert rec["hit_rate_instant"]["total"] == pytest.approx(best_there)
-    assert f"--hicache-size {smallest}" in rec["sglang_flags"]
-    assert f"--hicache-write-policy {rec['write_policy']}" in rec["sglang_flags"]
+    cmd = rec["sglang_command"].split()
+    assert cmd[cmd.index("--hicache-size") + 1] == str(smallest)
+    if rec["write_policy"] != "write_through":  # SGLang's default is left out
+        assert cmd[cmd.index("--hicache-write-policy") + 1] == rec["write_policy"]
+    assert "--enable-hierarchical-cache" in cmd and f"SGLang: {rec['sglang_command']}" in r.output
     assert rec["ttft_p99_s"] > 0 and rec["hit_rate_timed"]["total"] > 0  # the chosen point was timed
     assert len(list((folder / "timed" / "points").glob("*.json"))) == 1
     assert "recommendation: 400 GB host memory per rank" in r.output
@@ -138,8 +141,14 @@ def test_proposal_rule_is_said_not_to_be_an_sglang_flag(tmp_path):
 
     t = pd.DataFrame(
         [
-            {**row(4, "write_through", "evicted_only", 0.1), **{f"hit_rate.{k}": 0.0 for k in ("device", "host", "storage")}},
-            {**row(4, "write_through", "boundary", 0.3), **{f"hit_rate.{k}": 0.1 for k in ("device", "host", "storage")}},
+            {
+                **row(4, "write_through", "evicted_only", 0.1),
+                **{f"hit_rate.{k}": 0.0 for k in ("device", "host", "storage")},
+            },
+            {
+                **row(4, "write_through", "boundary", 0.3),
+                **{f"hit_rate.{k}": 0.1 for k in ("device", "host", "storage")},
+            },
         ]
     )
     t["sizes.host_to_device_ratio"] = 1.0
@@ -203,7 +212,9 @@ def test_buffer_only_has_no_host_tier_to_size(tmp_path):
     path = tmp_path / "b.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     out = tmp_path / "never"
-    assert_user_error(invoke("advise", path, "--out", out), "b.yaml", "cache.host_memory_mode", "no host cache tier to size")
+    assert_user_error(
+        invoke("advise", path, "--out", out), "b.yaml", "cache.host_memory_mode", "no host cache tier to size"
+    )
     assert not out.exists()
 
 
@@ -222,19 +233,17 @@ def test_exact_alignment_is_refused_with_the_fix(tmp_path):
 
 
 def test_storage_is_swept_on_and_off_and_named_as_sglang_does(tmp_path):
-    from hicache_sim.advise import STORAGE, hicache_flags, setup
+    from hicache_sim.advise import STORAGE, launch_command, setup
 
     data = {**SMALL, "cache": {**SMALL["cache"], "storage_backend": "3fs"}}
     st = setup(data, "s.yaml", [], None, [4, 8])
     assert st.axes[STORAGE] == ["3fs", "none"]
-    on = pd.Series({SIZE: 8, POLICY: "write_back", RULE: "evicted_only", STORAGE: "3fs"})
-    assert hicache_flags(on, "3fs") == [
-        "--enable-hierarchical-cache",
-        "--hicache-size 8",
-        "--hicache-write-policy write_back",
-        "--hicache-storage-backend hf3fs",
-    ]
-    assert "--hicache-storage-backend" not in " ".join(hicache_flags(on.replace("3fs", "none"), "3fs"))
+    on = pd.Series({SIZE: 8, POLICY: "write_back", RULE: "boundary", STORAGE: "3fs"})
+    cmd, notes = launch_command(st, "s.yaml", [], on)
+    assert "--hicache-size 8 --hicache-write-policy write_back --hicache-storage-backend hf3fs" in cmd
+    assert not any("host_eviction" in n for n in notes)  # the advice says the proposal once, itself
+    off, _ = launch_command(st, "s.yaml", [], on.replace("3fs", "none"))
+    assert "--hicache-storage-backend" not in off and "--hicache-size 8" in off
 
 
 def test_readme_example_is_the_committed_advice():
@@ -252,6 +261,18 @@ def test_readme_example_is_the_committed_advice():
         f"total {h['total']:.3f}",
         f"  timed: hit rate total {t['total']:.3f} (device {t['device']:.3f}, host {t['host']:.3f}, storage "
         f"{t['storage']:.3f}); TTFT p50 {rec['ttft_p50_s']:.3f} s, p99 {rec['ttft_p99_s']:.3f} s",
-        "  SGLang flags: " + " ".join(rec["sglang_flags"]),
+        "  SGLang: " + rec["sglang_command"],
     ):
         assert line in readme, line
+    assert f"confidence: {validation_summary(root)}" in readme  # from the committed results/validation
+
+
+def test_no_target_takes_the_smallest_host_near_the_best(scenario, folder):
+    r = invoke("advise", scenario, "--host-sizes-gb", SIZES, "--out", folder, "--workers", 2, "--instant-only")
+    assert r.exit_code == 0, r.output
+    d = json.loads((folder / "advice.json").read_text(encoding="utf-8"))
+    t = instant_table(folder)
+    aim = t[HIT].max() - 0.01
+    assert d["target"]["given"] is False and d["target"]["value"] == pytest.approx(aim)
+    assert d["recommendation"]["host_size_gb"] == t[t[HIT] >= aim][SIZE].min() == 1600
+    assert "no target given" in r.output

@@ -18,7 +18,9 @@ def _sizes(text: str | None) -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UserError(f"--host-sizes-gb: expected comma-separated whole GB per rank (60,120,240), got {text!r}") from None
+        raise UserError(
+            f"--host-sizes-gb: expected comma-separated whole GB per rank (60,120,240), got {text!r}"
+        ) from None
 
 
 @app.command()
@@ -105,4 +107,6 @@ def advise(
         write_text_atomic(folder / "advice.json", json.dumps(d, indent=1, sort_keys=True) + "\n")
     for line in advice_lines(a):
         typer.echo(line)
-    typer.echo(f"wrote {shown / 'advice.json'}, {shown / 'advice.png'} (sweeps in {shown / 'instant'}, {shown / 'timed'})")
+    typer.echo(
+        f"wrote {shown / 'advice.json'}, {shown / 'advice.png'} (sweeps in {shown / 'instant'}, {shown / 'timed'})"
+    )

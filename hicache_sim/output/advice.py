@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..advise import (
     HIT,
+    KNEE_TOLERANCE,
     POLICY,
     RULE,
     SIZE,
@@ -19,7 +20,6 @@ from ..advise import (
     UPSTREAM_RULE,
     Advice,
     curve,
-    hicache_flags,
 )
 
 PROPOSAL_NOTE = (
@@ -39,10 +39,6 @@ def _hits(row: pd.Series) -> dict[str, float]:
     return {t: float(row[f"hit_rate.{t}"]) for t in TIERS}
 
 
-def _storage_of(a: Advice) -> str:
-    return a.setup.axes.get(STORAGE, ["none"])[0]
-
-
 def advice_dict(a: Advice, command: str) -> dict[str, Any]:
     """Everything the text says, as data (``target.met`` is what a script should test)."""
     inst = a.chosen_instant
@@ -57,7 +53,8 @@ def advice_dict(a: Advice, command: str) -> dict[str, Any]:
             "hit_rate_timed": None if a.timed is None else _hits(a.timed),
             "ttft_p99_s": None if a.timed is None else float(a.timed[TTFT]),
             "ttft_p50_s": None if a.timed is None else float(a.timed["ttft_s.p50"]),
-            "sglang_flags": hicache_flags(a.chosen, _storage_of(a)),
+            "sglang_command": a.launch[0],
+            "sglang_notes": a.launch[1],
             "sglang_supported": a.chosen[RULE] == UPSTREAM_RULE,
         },
         "upstream_rule": None if a.upstream is None else {**_config(a.upstream), "hit_rate_instant": _hits(a.upstream)},
@@ -65,19 +62,21 @@ def advice_dict(a: Advice, command: str) -> dict[str, Any]:
         "grid": {k: list(v) for k, v in a.setup.axes.items()},
         "device_gb_per_rank": a.setup.device_gb,
         "ranks": a.setup.ranks,
-        "curve": [
-            {**_config(r), "hit_rate_instant": float(r[HIT])} for _, r in curve(a.instant).iterrows()
-        ],
+        "curve": [{**_config(r), "hit_rate_instant": float(r[HIT])} for _, r in curve(a.instant).iterrows()],
     }
     if a.timed_table is not None:
-        out["timed"] = [{**_config(r), "hit_rate": float(r[HIT]), "ttft_p99_s": float(r[TTFT])} for _, r in a.timed_table.iterrows()]
+        out["timed"] = [
+            {**_config(r), "hit_rate": float(r[HIT]), "ttft_p99_s": float(r[TTFT])} for _, r in a.timed_table.iterrows()
+        ]
     return out
 
 
 def confidence(a: Advice) -> list[str]:
     cal = a.setup.calibration
     lines = [
-        f"hardware calibrated ({cal})" if cal else "hardware uncalibrated: preset defaults (hardware.calibration unset; see hicache-sim calibrate)",
+        f"hardware calibrated ({cal})"
+        if cal
+        else "hardware uncalibrated: preset defaults (hardware.calibration unset; see hicache-sim calibrate)",
         a.validation,
         "hit rates from instant mode (SGLang's cache logic replayed in arrival order); TTFT from timed mode",
     ]
@@ -93,32 +92,49 @@ def advice_lines(a: Advice) -> list[str]:
         f"TTFT p99 <= {a.target_value:g} s"
         if a.target.kind == "ttft_p99"
         else f"total hit rate >= {a.target_value:.3f}"
-        + ("" if a.target.value is not None else f" (no target given: within {0.01:g} of the best the grid reaches)")
+        + ("" if a.target.value is not None else f" (no target given: best in the grid - {KNEE_TOLERANCE:g})")
     )
     sizes = a.setup.sizes_gb
     lines = [f"target: {goal}; host sizes tried: {', '.join(map(str, sizes))} GB per rank"]
     if a.met:
-        lines.append(f"recommendation: {int(c[SIZE])} GB host memory per rank (x{a.setup.ranks} ranks = {int(c[SIZE]) * a.setup.ranks} GB), the smallest tried that meets the target")
+        lines.append(
+            f"recommendation: {int(c[SIZE])} GB host memory per rank (x{a.setup.ranks} ranks = "
+            f"{int(c[SIZE]) * a.setup.ranks} GB), the smallest tried that meets the target"
+        )
     else:
-        lines.append(f"target NOT met by any host size up to {max(sizes)} GB per rank; best reachable: {int(c[SIZE])} GB per rank")
-    lines.append(f"  write policy {c[POLICY]}, host eviction {c[RULE]}" + (f", storage {c[STORAGE]}" if STORAGE in c else ""))
+        lines.append(
+            f"target NOT met by any host size up to {max(sizes)} GB per rank; "
+            f"best reachable: {int(c[SIZE])} GB per rank"
+        )
+    lines.append(
+        f"  write policy {c[POLICY]}, host eviction {c[RULE]}" + (f", storage {c[STORAGE]}" if STORAGE in c else "")
+    )
     d = advice_dict(a, "")["recommendation"]
     h = d["hit_rate_instant"]
-    lines.append(f"  hit rate (instant): device {h['device']:.3f}, host {h['host']:.3f}, storage {h['storage']:.3f}, total {h['total']:.3f}")
+    lines.append(
+        f"  hit rate (instant): device {h['device']:.3f}, host {h['host']:.3f}, storage {h['storage']:.3f}, "
+        f"total {h['total']:.3f}"
+    )
     if a.timed is not None:
         t = d["hit_rate_timed"]
-        lines.append(f"  timed: hit rate total {t['total']:.3f} (device {t['device']:.3f}, host {t['host']:.3f}, storage {t['storage']:.3f}); TTFT p50 {d['ttft_p50_s']:.3f} s, p99 {d['ttft_p99_s']:.3f} s")
+        lines.append(
+            f"  timed: hit rate total {t['total']:.3f} (device {t['device']:.3f}, host {t['host']:.3f}, "
+            f"storage {t['storage']:.3f}); TTFT p50 {d['ttft_p50_s']:.3f} s, p99 {d['ttft_p99_s']:.3f} s"
+        )
         if a.target.kind == "hit_rate" and a.met and not a.target.meets(t["total"], a.target_value):
             lines.append("  warning: under timed mode's load the hit rate falls below the target at this size")
     else:
         lines.append("  TTFT: not simulated (--instant-only)")
-    lines.append("  SGLang flags: " + " ".join(d["sglang_flags"]))
+    lines.append(f"  SGLang: {a.launch[0]}")
+    lines.extend(f"  note: {n}" for n in a.launch[1])
     if c[RULE] != UPSTREAM_RULE:
         lines.append("  note: " + PROPOSAL_NOTE.format(rule=c[RULE]))
         u = a.upstream
         if u is not None:
             how = "meets it at" if a.met and a.target.meets(u[HIT], a.target_value) else "best reachable:"
-            lines.append(f"  with SGLang's upstream rule: {how} {int(u[SIZE])} GB per rank, {u[POLICY]}, hit rate {u[HIT]:.3f}")
+            lines.append(
+                f"  with SGLang's upstream rule: {how} {int(u[SIZE])} GB per rank, {u[POLICY]}, hit rate {u[HIT]:.3f}"
+            )
     lines.extend(f"confidence: {x}" for x in confidence(a))
     lines.extend(f"note: {n}" for n in a.setup.notes)
     return lines
@@ -144,7 +160,15 @@ def advice_figure(a: Advice, path: Path, title: str) -> None:
     if a.target.kind == "hit_rate":
         ax.axhline(a.target_value, color="tab:red", linestyle="--", linewidth=1, label=f"target {a.target_value:.3f}")
     chosen_hit = float(a.chosen_instant[HIT])
-    ax.plot([a.chosen[SIZE]], [chosen_hit], "*", color="tab:red", markersize=16, label=f"chosen: {int(a.chosen[SIZE])} GB, {a.chosen[POLICY]}, {a.chosen[RULE]}" + ("" if a.met else " (target not met)"))
+    ax.plot(
+        [a.chosen[SIZE]],
+        [chosen_hit],
+        "*",
+        color="tab:red",
+        markersize=16,
+        label=f"chosen: {int(a.chosen[SIZE])} GB, {a.chosen[POLICY]}, {a.chosen[RULE]}"
+        + ("" if a.met else " (target not met)"),
+    )
     if a.timed_table is not None and a.target.kind == "ttft_p99":
         ax2 = ax.twinx()
         t = a.timed_table.sort_values(SIZE)
