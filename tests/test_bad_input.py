@@ -484,7 +484,9 @@ def test_short_help_and_version():
     assert r.exit_code == 0 and r.output.strip() == f"hicache-sim {__version__}"
 
 
-@pytest.mark.parametrize("verb", ["run", "sweep", "validate", "plot", "replay", "calibrate", "validate-model"])
+@pytest.mark.parametrize(
+    "verb", ["run", "sweep", "validate", "plot", "replay", "calibrate", "validate-model", "advise"]
+)
 def test_help_has_no_type_tags(verb):
     """Values are shown as click does (N, X, PATH, TEXT) or by their metavar, never as typer's tags."""
     import re
