@@ -277,6 +277,9 @@ class TraceSpec(_Strict):
     format: Literal["mooncake", "bailian", "azure"] = Field("mooncake", description="trace format")
     limit: int | None = Field(None, gt=0, description="first N requests only")
     time_scale: float = Field(1.0, gt=0, le=1e6, description="multiply arrival times (0.5 = twice the load)")
+    block_size: int | None = Field(
+        None, gt=0, description="tokens per hash id (default: 512 mooncake, 16 bailian; trace convert's --block-size)"
+    )
 
 
 class MultiturnSpec(_Strict):

@@ -1,4 +1,4 @@
-"""``hicache-sim``: run | sweep | plot | validate | replay | calibrate | validate-model.
+"""``hicache-sim``: run | sweep | plot | validate | replay | calibrate | validate-model | trace.
 
 One module per verb; each registers itself on ``app``. Only this layer exits.
 """
@@ -61,6 +61,7 @@ from . import (  # noqa: E402,F401
     replay,
     run,
     sweep,
+    trace,
     validate,
     validate_model,
 )
