@@ -35,7 +35,9 @@ def _is_converted_trace(path: Path) -> bool:
 @trace_app.command("convert")
 def convert(
     log: Path = typer.Argument(..., metavar="LOG", help="request log, one JSON object per line"),
-    out: Path = typer.Option(..., "--out", metavar="FILE", help="trace to write (JSONL, Mooncake format); must not exist"),
+    out: Path = typer.Option(
+        ..., "--out", metavar="FILE", help="trace to write (JSONL, Mooncake format); must not exist"
+    ),
     fmt: str = typer.Option(
         "auto", "--format", metavar="FORMAT", help="openai | sglang | bench-serving (auto: from the first line)"
     ),

@@ -16,7 +16,9 @@ def stats_figure(arrays: dict, path: Path, title: str) -> None:
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
     width, rate = arrays["rate_bin_s"], arrays["rate"]
     ax[0, 0].step(np.arange(len(rate)) * width, rate, where="post")
-    ax[0, 0].set(xlabel="time since first request (s)", ylabel="requests / s", title=f"arrival rate ({width:.3g} s bins)")
+    ax[0, 0].set(
+        xlabel="time since first request (s)", ylabel="requests / s", title=f"arrival rate ({width:.3g} s bins)"
+    )
 
     for key, label in (("prompt", "prompt"), ("answer", "output")):
         v = arrays[key]
@@ -35,7 +37,11 @@ def stats_figure(arrays: dict, path: Path, title: str) -> None:
     ax[1, 1].step(arrays["lru_caps_tokens"], arrays["lru_rates"], where="post", label="block-level LRU")
     ax[1, 1].axhline(arrays["ideal"], color="black", linestyle=":", label=f"ideal {arrays['ideal']:.3f}")
     ax[1, 1].set(
-        xscale="log", xlabel="cache capacity (tokens)", ylabel="token hit rate", title="hit rate vs capacity", ylim=(0, 1)
+        xscale="log",
+        xlabel="cache capacity (tokens)",
+        ylabel="token hit rate",
+        title="hit rate vs capacity",
+        ylim=(0, 1),
     )
     ax[1, 1].legend(loc="upper left")
     fig.suptitle(title)

@@ -85,7 +85,7 @@ def _lines(path: Path) -> Iterator[tuple[int, object]]:
                 hint = ""
                 if "Receive: obj=" in text or "Finish: obj=" in text:
                     hint = "; this is SGLang's text request log: relaunch with --log-requests-format json"
-                yield lineno, Skipped(lineno, f"not valid JSON ({e.msg} at column {e.colno}){hint}")
+                yield lineno, Skipped(lineno, f"not valid JSON ({e.msg}, column {e.colno}){hint}")
 
 
 def _first_object(path: Path) -> dict | None:
@@ -267,7 +267,9 @@ def read_bench_serving(path: Path, run: int | None) -> LogRead:
         raise WorkloadError(str(path), None, "expected bench_serving results (one JSON object per run)")
     if run is None and len(runs) > 1:
         lines = ", ".join(str(ln) for ln, _ in runs[:8]) + (", ..." if len(runs) > 8 else "")
-        raise WorkloadError(str(path), None, f"holds {len(runs)} runs (lines {lines}); choose one with --run 1..{len(runs)}")
+        raise WorkloadError(
+            str(path), None, f"holds {len(runs)} runs (lines {lines}); choose one with --run 1..{len(runs)}"
+        )
     if run is not None and not 1 <= run <= len(runs):
         raise WorkloadError(str(path), None, f"--run {run}: the file holds {len(runs)} runs (1..{len(runs)})")
     lineno, res = runs[(run or 1) - 1]
@@ -322,7 +324,9 @@ def detect_format(path: Path) -> str:
     """The format of a log from its first JSON object (see the module docstring)."""
     first = _first_object(path)
     if first is None:
-        raise WorkloadError(str(path), None, "no JSON object in the file: expected a request log, one JSON object per line")
+        raise WorkloadError(
+            str(path), None, "no JSON object in the file: expected a request log, one JSON object per line"
+        )
     if first.get("event") in ("request.received", "request.finished"):
         return "sglang"
     if "input_lens" in first or ("completed" in first and "backend" in first):

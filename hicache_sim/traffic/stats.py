@@ -12,7 +12,6 @@ those numbers).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -133,11 +132,13 @@ def trace_stats(requests: Sequence[Request], block_size: int) -> tuple[dict, dic
         "block_size": block_size,
         "prompt_tokens": {"total": int(prompt.sum()), **_dist(prompt)},
         "output_tokens": {"total": int(answer.sum()), **_dist(answer)},
-        "blocks": {"references": len(refs.ids), "distinct": int(len(np.unique(refs.ids)))},
+        "blocks": {"references": len(refs.ids), "distinct": len(np.unique(refs.ids))},
         "ideal_hit_rate": round(ideal, 4),
         "ideal_hit_rate_definition": "token-weighted share of prompt blocks whose chain hash an earlier prompt held",
         "reuse_distance_blocks": _dist(reused),
-        "reuse_distance_tokens": {k: (v * block_size if k != "mean" else round(v * block_size, 1)) for k, v in _dist(reused).items()},
+        "reuse_distance_tokens": {
+            k: (v * block_size if k != "mean" else round(v * block_size, 1)) for k, v in _dist(reused).items()
+        },
         "lru_tokens_for_share_of_ideal": needed,
     }
     arrays = {

@@ -42,13 +42,17 @@ def _from_tokenizer_json(path: Path) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
     except ImportError:
         raise WorkloadError(
-            str(path), None, "reading a tokenizer.json needs the 'tokenizers' package: pip install 'hicache-sim[tokenize]'"
+            str(path),
+            None,
+            "reading a tokenizer.json needs the 'tokenizers' package: pip install 'hicache-sim[tokenize]'",
         ) from None
     try:
         tok = HFTokenizer.from_file(str(path))
     except Exception as e:  # the package's own parse errors have no common base class
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise WorkloadError(str(path), None, f"not a tokenizer.json the 'tokenizers' package can read ({first})") from None
+        raise WorkloadError(
+            str(path), None, f"not a tokenizer.json the 'tokenizers' package can read ({first})"
+        ) from None
 
     def encode(text: str) -> list[int]:
         return tok.encode(text, add_special_tokens=False).ids
@@ -69,7 +73,9 @@ def _from_model_folder(path: Path) -> Tokenizer:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as e:  # transformers raises OSError, ValueError, KeyError ... for a bad folder
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise WorkloadError(str(path), None, f"transformers cannot load a tokenizer from this folder ({first})") from None
+        raise WorkloadError(
+            str(path), None, f"transformers cannot load a tokenizer from this folder ({first})"
+        ) from None
 
     def encode(text: str) -> list[int]:
         return list(tok.encode(text, add_special_tokens=False))

@@ -36,9 +36,13 @@ def build_workload(scenario, page_size: int, base_dir: str | Path | None = None)
         path = trace_path(t.path, base_dir)
         blocks = {} if t.block_size is None else {"block_size": t.block_size}
         if t.format == "mooncake":
-            reqs = load_mooncake(path, page_size, partial_pages=partial, limit=t.limit, time_scale=t.time_scale, **blocks)
+            reqs = load_mooncake(
+                path, page_size, partial_pages=partial, limit=t.limit, time_scale=t.time_scale, **blocks
+            )
         elif t.format == "bailian":
-            reqs = load_bailian(path, page_size, partial_pages=partial, limit=t.limit, time_scale=t.time_scale, **blocks)
+            reqs = load_bailian(
+                path, page_size, partial_pages=partial, limit=t.limit, time_scale=t.time_scale, **blocks
+            )
         else:
             rows = load_azure(path, limit=t.limit, time_scale=t.time_scale)
             # No prefix identity in the Azure trace: every request's pages are its own.
