@@ -4,6 +4,7 @@ prefixes imply."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def test_each_turn_starts_with_the_previous_turns_whole_blocks(tmp_path):
     for x, ln in zip(chat_log(), lines):
         by_conv.setdefault(x["response"]["id"][-2], []).append(ln)
     for turns in by_conv.values():
-        for prev, nxt in zip(turns, turns[1:]):
+        for prev, nxt in itertools.pairwise(turns):
             whole = prev["input_length"] // 16
             assert nxt["hash_ids"][:whole] == prev["hash_ids"][:whole]
             assert nxt["hash_ids"][whole] != prev["hash_ids"][whole]  # the partial block is not the full one

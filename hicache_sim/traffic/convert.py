@@ -33,7 +33,7 @@ class Converted:
 def _unique_digests(key: tuple, n_tokens: int, block_size: int) -> list[bytes]:
     """Blocks no other request shares (a bench_serving request: only its length is known)."""
     n_blocks = -(-n_tokens // block_size)
-    seed = repr(("length-only",) + tuple(key)).encode()
+    seed = repr(("length-only", *key)).encode()
     return [hashlib.blake2b(seed + i.to_bytes(8, "little"), digest_size=16).digest() for i in range(n_blocks)]
 
 

@@ -278,7 +278,8 @@ def read_bench_serving(path: Path, run: int | None) -> LogRead:
         raise WorkloadError(
             str(path),
             lineno,
-            "expected per-request 'input_lens' and 'output_lens' of equal length (run bench_serving with --output-details)",
+            "expected per-request 'input_lens' and 'output_lens' of equal length "
+            "(run bench_serving with --output-details)",
         )
     errors = res.get("errors") if isinstance(res.get("errors"), list) else [""] * len(ins)
     rate = res.get("request_rate")

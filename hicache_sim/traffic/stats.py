@@ -155,6 +155,10 @@ def trace_stats(requests: Sequence[Request], block_size: int) -> tuple[dict, dic
     return summary, arrays
 
 
+def _quantiles(d: dict) -> str:
+    return f"p50 {d['p50']:,}  p90 {d['p90']:,}  p99 {d['p99']:,}  max {d['max']:,}"
+
+
 def stats_text(name: str, s: dict) -> str:
     """The summary as the lines ``trace stats`` prints."""
     p, o, r = s["prompt_tokens"], s["output_tokens"], s["reuse_distance_tokens"]
@@ -164,12 +168,12 @@ def stats_text(name: str, s: dict) -> str:
         [
             f"{name}: {s['requests']:,} requests over {s['duration_s']:,.1f} s ({rate}, peak "
             f"{s['peak_rate_per_s']:.2f}/s in {s['rate_bin_s']:.3g} s bins)",
-            f"prompt tokens: p50 {p['p50']:,}  p90 {p['p90']:,}  p99 {p['p99']:,}  max {p['max']:,}  (total {p['total']:,})",
-            f"output tokens: p50 {o['p50']:,}  p90 {o['p90']:,}  p99 {o['p99']:,}  max {o['max']:,}  (total {o['total']:,})",
+            f"prompt tokens: {_quantiles(p)}  (total {p['total']:,})",
+            f"output tokens: {_quantiles(o)}  (total {o['total']:,})",
             f"blocks of {s['block_size']} tokens: {s['blocks']['references']:,} references, "
             f"{s['blocks']['distinct']:,} distinct",
             f"ideal (infinite-cache) hit rate: {s['ideal_hit_rate']:.4f} of prompt tokens",
-            f"reuse distance (tokens): p50 {r['p50']:,}  p90 {r['p90']:,}  p99 {r['p99']:,}  max {r['max']:,}",
+            f"reuse distance (tokens): {_quantiles(r)}",
             f"block-level LRU capacity (tokens) reaching this share of the ideal hit rate: {need}",
         ]
     )
