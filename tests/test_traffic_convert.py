@@ -175,7 +175,8 @@ def test_sglang_request_log_uses_the_servers_token_ids_and_arrival_times(tmp_pat
     assert r.exit_code == 0, r.output
     assert "sglang_requests.jsonl:6: obj.input_ids cut by --log-requests-level 2" in r.output
     assert "1 requests were received but never finished" in r.output
-    # r1 arrives at its request.received time; r2 has no received event: finish 2.0 s - e2e 0.5 s
+    # r1 arrives at its request.received time (0.1 s, not finish 0.9 s - e2e 0.7 s); r2 has no received
+    # event: finish 2.0 s - e2e 0.5 s
     assert [ln["timestamp"] for ln in lines] == [0, 1400, 3900]
     assert [ln["input_length"] for ln in lines] == [
         37,

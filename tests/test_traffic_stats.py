@@ -13,6 +13,7 @@ import pytest
 from conftest import assert_user_error, invoke
 
 from hicache_sim.traffic.stats import lru_curve, rate_over_time, reuse_distances, trace_stats
+from hicache_sim.workloads.records import Request
 from hicache_sim.workloads.traces import load_mooncake, vendored_trace
 
 DATA = Path(__file__).parent / "data"
@@ -54,21 +55,43 @@ def test_reuse_distances_and_lru_curve_match_brute_force(seed):
         assert rate == pytest.approx(lru_hits(ids, weights, c) / sum(weights))
 
 
-def test_ideal_hit_rate_of_the_vendored_conversation_trace():
-    reqs = load_mooncake(vendored_trace("mooncake/conversation_trace.jsonl"), 512)
+def set_walk(reqs: list[Request], block: int) -> tuple[int, int]:
+    """(hit tokens, prompt tokens): a block hits when an earlier prompt held its id."""
     seen: set[int] = set()
     hit = total = 0
     for r in reqs:
         for i, h in enumerate(r.page_keys):
-            tokens = r.page_tokens(512, i + 1) - r.page_tokens(512, i)
+            tokens = r.page_tokens(block, i + 1) - r.page_tokens(block, i)
             total += tokens
             hit += tokens if h in seen else 0
         seen.update(r.page_keys)
+    return hit, total
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ideal_hit_rate_matches_a_set_walk_on_random_prompts(seed):
+    """Prompts drawn from a few chained prefixes, repeats back to back included."""
+    rng = random.Random(seed)
+    reqs = []
+    for i in range(60):
+        n = rng.randrange(1, 6)
+        keys = tuple(rng.randrange(2) * 10 + j for j in range(n))
+        reqs.append(Request(f"r{i}", float(i), 16 * (n - 1) + rng.randrange(1, 17), 1, keys))
+    s, _ = trace_stats(reqs, 16)
+    assert (s["ideal_hit_tokens"], s["prompt_tokens"]["total"]) == set_walk(reqs, 16)
+
+
+def test_ideal_hit_rate_of_the_vendored_conversation_trace():
+    reqs = load_mooncake(vendored_trace("mooncake/conversation_trace.jsonl"), 512)
+    hit, total = set_walk(reqs, 512)
     s, _ = trace_stats(reqs, 512)
     assert s["requests"] == 12031
     assert s["prompt_tokens"]["total"] == total
-    assert s["ideal_hit_rate"] == round(hit / total, 4)
-    assert s["blocks"]["distinct"] == len(seen)
+    assert s["ideal_hit_tokens"] == hit and s["ideal_hit_rate"] == round(hit / total, 4)
+    assert s["blocks"]["distinct"] == len({h for r in reqs for h in r.page_keys})
+    # the README's figures
+    assert s["ideal_hit_rate"] == 0.3736 and round(s["duration_s"]) == 3537
+    assert round(s["lru_tokens_for_share_of_ideal"]["50%"] / 1e6, 1) == 4.3
 
 
 def test_rate_bins_count_every_request():
@@ -86,8 +109,6 @@ def test_stats_of_the_vendored_trace_writes_json_and_figure(tmp_path):
     assert s["requests"] == 12031 and 0 < s["ideal_hit_rate"] < 1
     assert (out / "trace_stats.png").stat().st_size > 10_000
     assert "ideal (infinite-cache) hit rate" in r.output
-    r = invoke("trace", "stats", "builtin:mooncake/conversation_trace.jsonl", "--out", out)
-    assert r.exit_code == 0, r.output  # its own folder is replaced
 
 
 def test_stats_of_a_converted_chat_log(tmp_path):
@@ -107,8 +128,10 @@ def test_stats_of_a_converted_chat_log(tmp_path):
     r = invoke("trace", "stats", trace, "--block-size", 16, "--out", tmp_path / "st")
     assert r.exit_code == 0, r.output
     s = json.loads((tmp_path / "st" / "stats.json").read_text())
-    assert s["ideal_hit_rate"] == round(800 / 1341, 4)  # the round trip's shared prefixes
+    assert s["ideal_hit_tokens"] == 800 and s["prompt_tokens"]["total"] == 1341  # the round trip's prefixes
     assert s["requests"] == 6 and s["duration_s"] == 41.5
+    r = invoke("trace", "stats", trace, "--block-size", 16, "--out", tmp_path / "st")
+    assert r.exit_code == 0, r.output  # its own folder is replaced
 
 
 def test_stats_refuses_a_user_folder(tmp_path):

@@ -134,6 +134,7 @@ def trace_stats(requests: Sequence[Request], block_size: int) -> tuple[dict, dic
         "output_tokens": {"total": int(answer.sum()), **_dist(answer)},
         "blocks": {"references": len(refs.ids), "distinct": len(np.unique(refs.ids))},
         "ideal_hit_rate": round(ideal, 4),
+        "ideal_hit_tokens": hit_tokens,
         "ideal_hit_rate_definition": "token-weighted share of prompt blocks whose chain hash an earlier prompt held",
         "reuse_distance_blocks": _dist(reused),
         "reuse_distance_tokens": {
