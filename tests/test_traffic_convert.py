@@ -142,6 +142,30 @@ def test_chain_hashes_share_exactly_the_whole_common_blocks():
     assert chain_hashes(x, 16)[1] != chain_hashes(y, 16)[1]
 
 
+def test_model_folder_without_tokenizer_json_goes_through_transformers(tmp_path):
+    """A GPT-2-style folder (vocab.json, merges.txt, tokenizer_config.json) made from the test tokenizer:
+    transformers reads it offline and the trace is byte for byte the tokenizer.json one."""
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    Tokenizer.from_file(str(TOKENIZER)).model.save(str(folder))
+    config = {
+        "tokenizer_class": "GPT2Tokenizer",
+        "add_prefix_space": False,
+        "unk_token": None,
+        "bos_token": None,
+        "eos_token": None,
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    r, _ = convert(tmp_path, "chat_multiturn.jsonl", "--tokenizer", folder, "--block-size", 16, name="a.jsonl")
+    assert r.exit_code == 0, r.output
+    r, _ = convert(tmp_path, "chat_multiturn.jsonl", "--tokenizer", TOKENIZER, "--block-size", 16, name="b.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
 def test_byte_fallback_groups_four_bytes():
     tok = byte_fallback()
     assert len(tok.encode("abcdefghi")) == 3
