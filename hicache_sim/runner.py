@@ -13,9 +13,9 @@ import yaml
 
 from . import __version__
 from .instant import run_instant
-from .outputs import staged_folder
+from .output.summary import build_summary
+from .output.write import staged_folder
 from .scenario import Resolved, Scenario, resolve, scenario_dump
-from .summary import build_summary
 from .workloads.build import build_workload
 from .workloads.synthetic import Workload
 
@@ -219,7 +219,7 @@ def write_parquet(df: pd.DataFrame, path: Path) -> None:
 
 def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) -> Path:
     """Write the result folder atomically (built beside ``out_dir``, then swapped in). The caller checks
-    ``out_dir`` first with :func:`hicache_sim.outputs.check_target`."""
+    ``out_dir`` first with :func:`hicache_sim.output.write.check_target`."""
     out_dir = Path(out_dir)
     with staged_folder(out_dir, "run") as tmp:
         (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2) + "\n", encoding="utf-8")
@@ -235,7 +235,7 @@ def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) 
         (tmp / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         (tmp / "environment.json").write_text(json.dumps(versions(), indent=2) + "\n", encoding="utf-8")
         if figures:
-            from .plots import run_figures
+            from .output.plots import run_figures
 
             run_figures(out.resolved.scenario.name, out.summary["mode"], out.requests, out.timeseries, tmp)
     return out_dir

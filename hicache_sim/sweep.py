@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from .identity import computed_part, differing_keys, digest, point_identity
-from .outputs import OutputError, apply_umask, prepare_folder, write_text_atomic
+from .output.identity import computed_part, differing_keys, digest, point_identity
+from .output.write import OutputError, apply_umask, prepare_folder, write_text_atomic
 from .scenario import ScenarioError, build_scenario, scenario_dump
 
 

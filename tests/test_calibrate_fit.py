@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hicache_sim.calibrate import (
+from hicache_sim.calibration.file import CalibrationError
+from hicache_sim.calibration.fit import (
     aggregate_repeats,
     ape_stats,
     calibrate,
@@ -18,8 +19,7 @@ from hicache_sim.calibrate import (
     predict,
     validate_measurements,
 )
-from hicache_sim.calibration_file import CalibrationError
-from hicache_sim.linkmodel import LinkParams, segments_for
+from hicache_sim.hardware.linkmodel import LinkParams, segments_for
 
 KERNEL = LinkParams(bandwidth_Bps=12e9, latency_s=15e-6, half_efficiency_bytes=2048.0, segment_overhead_s=0.0)
 DIRECT = LinkParams(bandwidth_Bps=20e9, latency_s=8e-6, half_efficiency_bytes=0.0, segment_overhead_s=1.5e-6)

@@ -286,7 +286,7 @@ def test_sweep_figure_x_axis_is_the_swept_key(tmp_path):
     ],
 )
 def test_sweep_axes(keys, want):
-    from hicache_sim.plots import sweep_axes
+    from hicache_sim.output.plots import sweep_axes
 
     table = pd.DataFrame(
         {

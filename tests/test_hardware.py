@@ -8,11 +8,11 @@ import re
 import pytest
 import yaml
 
-from hicache_sim.calibration_file import CalibrationError, load_calibration
+from hicache_sim.calibration.file import CalibrationError, load_calibration
 from hicache_sim.core import ConfigError
-from hicache_sim.linkmodel import segments_for
-from hicache_sim.memory import MIB
-from hicache_sim.presets import GPUS, LINKS, MODELS
+from hicache_sim.hardware.linkmodel import segments_for
+from hicache_sim.hardware.memory import MIB
+from hicache_sim.hardware.presets import GPUS, LINKS, MODELS
 from hicache_sim.scenario import build_scenario, resolve
 from hicache_sim.sim import ComputeParams
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from conftest import TINY_SCENARIO, assert_user_error, invoke
 
-from hicache_sim.outputs import MARKER, clean_stale
+from hicache_sim.output.write import MARKER, clean_stale
 
 TINY = {
     **TINY_SCENARIO,

@@ -9,7 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hicache_sim.linkmodel import segments_for  # noqa: E402
+from hicache_sim.calibration.validate import compare, error_table, replay_transfers, simulate_log  # noqa: E402
+from hicache_sim.hardware.linkmodel import segments_for  # noqa: E402
 from hicache_sim.replay import (  # noqa: E402
     Executor,
     KVShape,
@@ -20,7 +21,6 @@ from hicache_sim.replay import (  # noqa: E402
     run_sweep,
 )
 from hicache_sim.scenario import build_scenario, resolve  # noqa: E402
-from hicache_sim.validate_model import compare, error_table, replay_transfers, simulate_log  # noqa: E402
 
 TINY = {
     "name": "tiny-replay",

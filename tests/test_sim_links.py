@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from hicache_sim.linkmodel import LinkParams
+from hicache_sim.hardware.linkmodel import LinkParams
 from hicache_sim.sim.links import Link, storage_params
 
 PARAMS = LinkParams(bandwidth_Bps=50e9, latency_s=10e-6, half_efficiency_bytes=65536.0, segment_overhead_s=0.0)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from ..calibrate import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
-from ..calibration_file import is_calibration_file
-from ..outputs import atomic_write, check_file_target
+from ..calibration.file import is_calibration_file
+from ..calibration.fit import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
+from ..output.write import atomic_write, check_file_target
 from . import app
 from .common import UserError, user_errors
 

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 
 import typer
 
-from ..calibration_file import CalibrationError
+from ..calibration.file import CalibrationError
 from ..core.errors import ConfigError
-from ..outputs import OutputError
+from ..output.write import OutputError
 from ..scenario import ScenarioError
 from ..workloads.errors import WorkloadError
 

@@ -9,7 +9,7 @@ import pandas as pd
 import typer
 import yaml
 
-from ..plots import run_figures, sweep_figures
+from ..output.plots import run_figures, sweep_figures
 from ..sweep import swept_keys
 from . import app
 from .common import UserError, user_errors

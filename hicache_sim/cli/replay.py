@@ -13,9 +13,7 @@ from pathlib import Path
 
 import typer
 
-from ..outputs import atomic_write, check_files_target, mark_files
-from ..scenario import load_scenario, resolve, resolve_builtin
-from ..validate_model import (
+from ..calibration.validate import (
     TransferLogError,
     count_replayed,
     read_transfer_log,
@@ -24,6 +22,8 @@ from ..validate_model import (
     scenario_beside_log,
     simulate_log,
 )
+from ..output.write import atomic_write, check_files_target, mark_files
+from ..scenario import load_scenario, resolve, resolve_builtin
 from . import app
 from .common import UserError, progress_bar, user_errors
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..outputs import check_target
+from ..output.write import check_target
 from ..runner import simulate, write_outputs
 from ..scenario import load_scenario, resolve, resolve_builtin
 from ..workloads.build import build_workload

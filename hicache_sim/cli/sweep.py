@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from ..outputs import check_target
-from ..plots import sweep_figures
+from ..output.plots import sweep_figures
+from ..output.write import check_target
 from ..scenario import build_scenario, load_scenario_data, resolve_builtin
 from ..sweep import grid, run_sweep
 from . import app

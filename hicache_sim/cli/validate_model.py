@@ -6,9 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..outputs import check_files_target
-from ..scenario import load_scenario, resolve_builtin
-from ..validate_model import (
+from ..calibration.validate import (
     VALIDATION_FILES,
     count_replayed,
     replay_volume,
@@ -16,6 +14,8 @@ from ..validate_model import (
     validate_run,
     write_validation,
 )
+from ..output.write import check_files_target
+from ..scenario import load_scenario, resolve_builtin
 from . import app
 from .common import UserError, progress_bar, user_errors
 from .replay import load_replay, mib, replay_errors, volume_line

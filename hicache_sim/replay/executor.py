@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ..linkmodel import segments_for
-from ..presets import IO_BACKENDS
+from ..hardware.linkmodel import segments_for
+from ..hardware.presets import IO_BACKENDS
 from .pools import DEFAULT_POOL_BYTES, KVPools, ReplayError, device_label
 
 DEFAULT_FLUSH_BYTES = 64 << 20

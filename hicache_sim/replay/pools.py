@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..presets import MEM_LAYOUTS
+from ..hardware.presets import MEM_LAYOUTS
 
 if TYPE_CHECKING:
     from ..scenario import Resolved

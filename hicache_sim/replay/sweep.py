@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 import torch
 
-from ..presets import IO_BACKENDS, MEM_LAYOUTS
+from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
 from .executor import Executor
 from .pools import KVShape, allocate_pools, cpu_threads, device_name
 

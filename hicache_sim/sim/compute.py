@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..presets import WEIGHT_BYTES
+from ..hardware.presets import WEIGHT_BYTES
 from ..scenario import Resolved, compute_knobs
 
 

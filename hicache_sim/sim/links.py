@@ -1,7 +1,7 @@
 """Links of the timed world: PCIe H2D and D2H (independent directions), storage read and write.
 
 A transfer costs, alone on its link, ``latency + work`` where ``work = segments x overhead +
-bytes / (bandwidth x eff(segment))`` (:mod:`hicache_sim.linkmodel`). The latency is private to the
+bytes / (bandwidth x eff(segment))`` (:mod:`hicache_sim.hardware.linkmodel`). The latency is private to the
 transfer (DMA set-up pipelines with other copies); the work is what the direction serves:
 
 - ``processor`` sharing (default): the n transfers in their work phase each progress at 1/n of
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from ..linkmodel import LinkParams
+from ..hardware.linkmodel import LinkParams
 
 SHARING_MODES = ("processor", "fifo")
 # Entries due within this many seconds of the virtual clock are treated as due now: keeps float

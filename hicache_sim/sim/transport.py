@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from ..core import HiCache, Transfer, TransferKind
-from ..linkmodel import segments_for
+from ..hardware.linkmodel import segments_for
 from .links import Flow, Link
 from .metrics import TransferLog
 

@@ -1,0 +1,144 @@
+"""Calibration file: link parameters fitted per direction x io backend x layout, and optionally the
+compute parameters measured on the same machine (YAML).
+
+Written by ``hicache-sim calibrate``, read by scenarios through ``hardware.calibration``. A group
+missing from the file leaves the preset in place for that combination. The optional ``compute``
+mapping carries any of ``COMPUTE_FIELDS`` (the scenario's ``hardware`` fields of the same name and
+unit); a scenario that sets one of them itself keeps its own value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..hardware.linkmodel import LinkParams
+from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
+
+CALIBRATION_KIND = "hicache-sim-calibration"
+PARAM_FIELDS = ("bandwidth_Bps", "latency_s", "half_efficiency_bytes", "segment_overhead_s")
+# Compute fields: (low, high, whether low itself is allowed). Efficiencies are fractions of a peak;
+# overheads are microseconds (bounded as the scenario bounds them).
+COMPUTE_FIELDS = {
+    "linear_mfu": (0.0, 1.0, False),
+    "attention_mfu": (0.0, 1.0, False),
+    "hbm_efficiency": (0.0, 1.0, False),
+    "step_overhead_us": (0.0, 1e9, True),
+    "request_overhead_us": (0.0, 1e9, True),
+}
+
+
+class CalibrationError(ValueError):
+    """Bad calibration file: one line naming the file and the field."""
+
+
+@dataclass
+class Calibration:
+    """Fitted link parameters keyed by (direction, io_backend, layout), with provenance."""
+
+    device: str = ""
+    source: str = ""
+    groups: dict[tuple[str, str, str], LinkParams] = field(default_factory=dict)
+    errors: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+    compute: dict[str, float] = field(default_factory=dict)
+
+    def get(self, direction: str, io_backend: str, layout: str) -> LinkParams | None:
+        return self.groups.get((direction, io_backend, layout))
+
+    def to_data(self) -> dict:
+        rows = []
+        for (d, io, lay), p in sorted(self.groups.items()):
+            row = {"direction": d, "io_backend": io, "layout": lay, **p.as_dict()}
+            if (d, io, lay) in self.errors:
+                row["holdout"] = self.errors[(d, io, lay)]
+            rows.append(row)
+        data = {"kind": CALIBRATION_KIND, "version": 1, "device": self.device, "source": self.source, "groups": rows}
+        if self.compute:
+            data["compute"] = dict(self.compute)
+        return data
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_data(), sort_keys=False), encoding="utf-8")
+
+
+def preset_calibration(link: LinkPreset, device: str, source: str) -> Calibration:
+    """A link preset written as a calibration file: every direction x io backend x layout group (the
+    shipped ``*-public.yaml`` files are these, so they never drift from the presets)."""
+    cal = Calibration(device=device, source=source)
+    for direction in ("d2h", "h2d"):
+        for io in IO_BACKENDS:
+            for layout in MEM_LAYOUTS:
+                cal.groups[(direction, io, layout)] = link.curve(io).params(direction, layout)
+    return cal
+
+
+def is_calibration_file(path: Path) -> bool:
+    """Whether ``path`` is a calibration file hicache-sim wrote (its ``kind`` says so): the only kind of
+    existing file ``calibrate --out`` may replace."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == CALIBRATION_KIND
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and validate a calibration file; CalibrationError names the file and field."""
+    p = Path(path)
+    if not p.is_file():
+        raise CalibrationError(f"{path}: calibration file not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        raise CalibrationError(f"{path}: not valid YAML") from None
+    if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND:
+        raise CalibrationError(f"{path}: kind: expected {CALIBRATION_KIND!r}")
+    groups = data.get("groups")
+    if not isinstance(groups, list):
+        raise CalibrationError(f"{path}: groups: expected a list")
+    cal = Calibration(device=str(data.get("device", "")), source=str(data.get("source", "")))
+    for i, row in enumerate(groups):
+        if not isinstance(row, dict):
+            raise CalibrationError(f"{path}: groups[{i}]: expected a mapping")
+        key = []
+        for name in ("direction", "io_backend", "layout"):
+            v = row.get(name)
+            if not isinstance(v, str):
+                raise CalibrationError(f"{path}: groups[{i}].{name}: expected a string")
+            key.append(v)
+        vals = {}
+        for name in PARAM_FIELDS:
+            v = row.get(name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise CalibrationError(f"{path}: groups[{i}].{name}: expected a number >= 0")
+            vals[name] = float(v)
+        if vals["bandwidth_Bps"] <= 0:
+            raise CalibrationError(f"{path}: groups[{i}].bandwidth_Bps: expected a number > 0")
+        cal.groups[tuple(key)] = LinkParams(**vals)
+        if isinstance(row.get("holdout"), dict):
+            cal.errors[tuple(key)] = row["holdout"]
+    cal.compute = _compute_section(data.get("compute"), path)
+    return cal
+
+
+def _compute_section(section, path) -> dict[str, float]:
+    """The optional ``compute`` mapping, validated field by field."""
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise CalibrationError(f"{path}: compute: expected a mapping of {', '.join(COMPUTE_FIELDS)}")
+    out = {}
+    for name, v in section.items():
+        if name not in COMPUTE_FIELDS:
+            raise CalibrationError(
+                f"{path}: compute.{name}: unknown field; expected one of {', '.join(COMPUTE_FIELDS)}"
+            )
+        low, high, low_ok = COMPUTE_FIELDS[name]
+        number = not isinstance(v, bool) and isinstance(v, (int, float)) and v == v
+        if not number or v > high or v < low or (v == low and not low_ok):
+            rng = f"in [{low:g}, {high:g}]" if low_ok else f"in ({low:g}, {high:g}]"
+            raise CalibrationError(f"{path}: compute.{name}: expected a number {rng}, got {v!r}")
+        out[name] = float(v)
+    return out

@@ -1,0 +1,229 @@
+"""Presets: models, GPUs, host links (per io backend) and storage backends, from public figures.
+
+Every number cites its source in ``docs/reference/hardware-and-models.md`` (models: the checkpoint's
+``config.json``; GPUs: the vendor datasheet and the memory the device reports; links: the copy
+measurements of section 4.1). A calibration file measured with the replay harness overrides the link
+numbers here, and may carry compute parameters too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.registry import Registry
+from .linkmodel import LinkParams
+
+IO_BACKENDS = ("kernel", "direct")
+MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Attention shape (KV bytes) and size (compute roofline, weights memory) of a model.
+
+    ``params_b``: parameters in billions (weights memory); ``active_params_b``: per token (MoE).
+    ``q_heads`` x ``head_dim`` is the attention width used for the attention FLOPs term (for MLA
+    ``head_dim`` is the query/key head dimension, nope + rope). ``weights_dtype``: how the checkpoint
+    stores the linear weights (its bytes per parameter, and whether fp8 tensor cores run them).
+    """
+
+    name: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    q_heads: int
+    params_b: float
+    active_params_b: float
+    attention: str = "mha"
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    weights_dtype: str = "bf16"
+
+
+MODELS: Registry[ModelPreset] = Registry("model preset", "model")
+for _m in (
+    ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03),
+    ModelPreset("llama-3.1-70b", 80, 8, 128, 64, 70.6, 70.6),
+    ModelPreset("llama-3.1-405b", 126, 8, 128, 128, 405.9, 405.9),
+    ModelPreset("qwen2.5-7b", 28, 4, 128, 28, 7.6, 7.6),
+    ModelPreset("qwen2.5-72b", 80, 8, 128, 64, 72.7, 72.7),
+    ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2),
+    ModelPreset("qwen3-14b", 40, 8, 128, 40, 14.8, 14.8),
+    ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8),
+    ModelPreset("qwen3-30b-a3b", 48, 4, 128, 32, 30.5, 3.3),
+    ModelPreset("qwen3-235b-a22b", 94, 4, 128, 64, 235.0, 22.0),
+    ModelPreset("glm-4.5", 92, 8, 128, 96, 355.0, 32.0),
+    ModelPreset("deepseek-v3", 61, 1, 192, 128, 671.0, 37.0, attention="mla", kv_lora_rank=512, qk_rope_head_dim=64),
+    # DeepSeek-R1 is the V3 architecture; its checkpoint stores the linear weights in fp8 (e4m3, 128x128
+    # blocks), which is what lets 671 B parameters fit on eight 141 GB GPUs.
+    ModelPreset(
+        "deepseek-r1",
+        61,
+        1,
+        192,
+        128,
+        671.0,
+        37.0,
+        attention="mla",
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        weights_dtype="fp8",
+    ),
+):
+    MODELS.add(_m.name, _m)
+
+
+@dataclass(frozen=True)
+class GPUPreset:
+    """One GPU: dense tensor TFLOP/s (bf16, and fp8 where the GPU has it), HBM GB/s, the memory the
+    device reports (MiB, as ``nvidia-smi`` / ``rocm-smi`` print it: what SGLang's profiling starts
+    from) with where that figure comes from, and its host link preset."""
+
+    name: str
+    bf16_tflops: float
+    fp8_tflops: float | None
+    hbm_gbps: float
+    memory_mib: int
+    memory_source: str
+    pcie: str
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib << 20
+
+
+GPUS: Registry[GPUPreset] = Registry("gpu preset", "hardware.gpu")
+for _g in (
+    GPUPreset("h100", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, H100 80GB HBM3", "gen5"),
+    GPUPreset("h800", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, NVIDIA H800 (80 GB)", "gen5"),
+    GPUPreset("h200", 989.4, 1978.9, 4800.0, 143771, "nvidia-smi, NVIDIA H200", "gen5"),
+    GPUPreset("h20", 148.0, 296.0, 4000.0, 97871, "nvidia-smi, NVIDIA H20 (96 GB)", "gen5"),
+    GPUPreset("h20-141g", 148.0, 296.0, 4800.0, 143771, "nvidia-smi, NVIDIA H20-3e (141 GB)", "gen5"),
+    GPUPreset("a100", 312.0, None, 2039.0, 81920, "nvidia-smi, A100 80GB", "gen4"),
+    GPUPreset("a10", 125.0, None, 600.0, 23028, "nvidia-smi, NVIDIA A10 (24 GB, ECC on)", "gen4"),
+    GPUPreset("l20", 119.5, 239.0, 864.0, 46068, "nvidia-smi, NVIDIA L20 (48 GB, ECC on)", "gen4"),
+    GPUPreset("l40s", 362.0, 733.0, 864.0, 46068, "nvidia-smi, L40S (48 GB, ECC on)", "gen4"),
+    GPUPreset("b200", 2250.0, 4500.0, 8000.0, 183359, "nvidia-smi, NVIDIA B200", "gen5"),
+    GPUPreset("mi300x", 1307.4, 2614.9, 5300.0, 196288, "rocm-smi, 205,822,885,888 B VRAM total", "gen5_rocm"),
+):
+    GPUS.add(_g.name, _g)
+
+
+@dataclass(frozen=True)
+class CopyCurve:
+    """How one io backend moves KV over one host link.
+
+    ``h2d_gbps`` / ``d2h_gbps``: peak (1e9 B/s) per direction. ``launch_us``: fixed cost of one copy
+    operation (a layer-by-layer load issues one per layer). ``half_efficiency_bytes``: contiguous piece
+    size at which the backend reaches half of its peak, per host layout (efficiency s / (s + h)).
+    ``segment_overhead_us``: cost of each contiguous piece (one DMA call per piece for ``direct``).
+    """
+
+    h2d_gbps: float
+    d2h_gbps: float
+    launch_us: float
+    half_efficiency_bytes: tuple[tuple[str, float], ...]
+    segment_overhead_us: float
+
+    def half_efficiency(self, layout: str) -> float:
+        return dict(self.half_efficiency_bytes)[layout]
+
+    def params(self, direction: str, layout: str) -> LinkParams:
+        """The link model's parameters for one direction (``h2d`` / ``d2h``) and host layout."""
+        return LinkParams(
+            bandwidth_Bps=(self.h2d_gbps if direction == "h2d" else self.d2h_gbps) * 1e9,
+            latency_s=self.launch_us / 1e6,
+            half_efficiency_bytes=self.half_efficiency(layout),
+            segment_overhead_s=self.segment_overhead_us / 1e6,
+        )
+
+
+def _same_for_layouts(h: float) -> tuple[tuple[str, float], ...]:
+    return tuple((lay, h) for lay in MEM_LAYOUTS)
+
+
+@dataclass(frozen=True)
+class LinkPreset:
+    """A host<->device link: one copy curve per io backend (SGLang's ``--hicache-io-backend``)."""
+
+    name: str
+    kernel: CopyCurve
+    direct: CopyCurve
+
+    def curve(self, io_backend: str) -> CopyCurve:
+        return self.kernel if io_backend == "kernel" else self.direct
+
+
+def effective_io(io_backend: str, layout: str) -> tuple[str, str, str]:
+    """(io backend, host layout, note) after SGLang's compatibility rewrites: the kernel backend cannot
+    drive page_first_direct (SGLang switches to direct), and direct copies of page_first run as
+    page_first_direct. ``note`` is SGLang's warning, or empty."""
+    if layout == "page_first_direct" and io_backend == "kernel":
+        return "direct", layout, "kernel io backend does not support page_first_direct: SGLang uses direct"
+    if layout == "page_first" and io_backend == "direct":
+        return io_backend, "page_first_direct", "direct io backend with page_first: SGLang uses page_first_direct"
+    return io_backend, layout, ""
+
+
+# Kernel backend (SGLang's per-layer gather/scatter kernels, many small pieces in one launch): peak
+# H2D 35.2 / D2H 52.8 GB/s (SM copies on H100, NVIDIA/nvbandwidth#24); half efficiency at 499 B
+# (layer_first host) and 1047 B (page_first host), solved from 8192 items of 656 B moving at 28.4 and
+# 19.6 GB/s on H20 (sgl-project/sglang#37231) with 10 us per launch; 10 us per launch from fitting
+# sgl-project/sglang#40278's per-layer loads (8 launches of 2048..32768 tokens: ~9 us each).
+_KERNEL_HALF = (("layer_first", 499.0), ("page_first", 1047.0), ("page_first_direct", 1047.0))
+# Direct backend (one cudaMemcpyAsync per contiguous piece): ~50 GB/s one direction with large
+# pieces on Gen5 (vLLM blog, H100); 5 us per piece, the low end of the 5-7 us per cudaMemcpyAsync
+# call measured for small copies (DualPath, arXiv 2602.21548, section 5.2); no efficiency term (the
+# per-call cost is the whole per-piece loss); 10 us per transfer (estimate).
+LINKS: Registry[LinkPreset] = Registry("pcie preset", "hardware.pcie.preset")
+for _link in (
+    LinkPreset(
+        "gen5",
+        kernel=CopyCurve(35.2, 52.8, 10.0, _KERNEL_HALF, 0.0),
+        direct=CopyCurve(50.0, 50.0, 10.0, _same_for_layouts(0.0), 5.0),
+    ),
+    # Gen4 x16 (31.5 GB/s theoretical): SM-copy H2D 25.1 GB/s on A100 (NVIDIA/nvbandwidth#42), taken
+    # for both directions and both backends; per-piece and per-launch costs as Gen5 (estimate: they are
+    # GPU and driver costs, not link costs).
+    LinkPreset(
+        "gen4",
+        kernel=CopyCurve(25.1, 25.1, 10.0, _KERNEL_HALF, 0.0),
+        direct=CopyCurve(25.1, 25.1, 10.0, _same_for_layouts(0.0), 5.0),
+    ),
+    # Gen5 on ROCm (MI300X): the HiCache kernel reaches 55 GB/s H2D with 8+ blocks (sgl-project/sglang
+    # #37635; SGLang's HIP default is 32 blocks, #39036), taken for D2H too; its small-piece curve from
+    # MI300X transfers of 4 KB / 16 KB items at 14.2 / 29.9 GB/s (sgl-project/sglang#31741, the Mamba
+    # state kernel: h ~ 12 KB); direct: 0.5 / 2.2 GB/s for the same items, ~8 us per hipMemcpyAsync
+    # piece (#31741).
+    LinkPreset(
+        "gen5_rocm",
+        kernel=CopyCurve(55.0, 55.0, 10.0, _same_for_layouts(12288.0), 0.0),
+        direct=CopyCurve(50.0, 50.0, 10.0, _same_for_layouts(0.0), 8.0),
+    ),
+):
+    LINKS.add(_link.name, _link)
+
+
+@dataclass(frozen=True)
+class StoragePreset:
+    """A storage (L3) backend: read/write GB/s, per-batch latency (us), default capacity (GB)."""
+
+    name: str
+    read_gbps: float
+    write_gbps: float
+    latency_us: float
+    capacity_gb: float
+
+
+STORAGE: Registry[StoragePreset] = Registry("storage backend", "cache.storage_backend")
+for _s in (
+    # PCIe Gen4 x4 NVMe ~7 GB/s read, ~5 GB/s write, ~80 us (BLIS nvme_gen4 defaults).
+    StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0),
+    # Gen5 x4 enterprise NVMe (PM1743): 13 GB/s read, 6.6 GB/s write.
+    StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0),
+    # Distributed file/object stores over RDMA: 3FS-like and Mooncake-store-like (per-node share).
+    StoragePreset("3fs", 20.0, 10.0, 200.0, 20000.0),
+    StoragePreset("mooncake", 25.0, 12.0, 150.0, 20000.0),
+):
+    STORAGE.add(_s.name, _s)

@@ -1,0 +1,335 @@
+"""Resolution of a validated scenario into the plain objects the core, the world and the replay use:
+pool sizes in pages, the cache configuration, link and storage parameters, compute knobs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..calibration.file import COMPUTE_FIELDS, Calibration, load_calibration
+from ..core import (
+    CacheConfig,
+    ConfigError,
+)
+from ..core.sizing import ModelDims, host_pool_tokens, kv_bytes_per_token
+from ..hardware.linkmodel import LinkParams
+from ..hardware.memory import GIB, MIB, MemoryPlan, default_cuda_graph_max_bs, default_mem_fraction_static
+from ..hardware.presets import (
+    GPUS,
+    LINKS,
+    STORAGE,
+    WEIGHT_BYTES,
+    GPUPreset,
+    ModelPreset,
+    effective_io,
+)
+from .load import resolve_builtin
+from .schema import CacheSpec, HardwareSpec, Scenario
+
+
+@dataclass
+class Resolved:
+    """A scenario turned into the objects the simulator runs on. Sizes and bytes are per GPU rank
+    (one tensor-parallel rank of one pipeline stage): ``bytes_per_token`` counts the KV of the
+    ``stage_layers`` layers that rank holds."""
+
+    scenario: Scenario
+    model: ModelPreset
+    gpu: GPUPreset
+    bytes_per_token: int
+    device_tokens: int
+    host_tokens: int
+    cache: CacheConfig
+    links: dict[str, LinkParams]
+    storage_read_Bps: float
+    storage_write_Bps: float
+    storage_latency_s: float
+    memory: MemoryPlan | None = None
+    io_backend: str = ""  # the io backend and host layout SGLang runs (after its rewrites)
+    mem_layout: str = ""
+    stage_layers: int = 0
+    compute_knobs: dict[str, float] = field(default_factory=dict)
+    calibration: Calibration | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stage_layers = self.stage_layers or self.model.num_layers
+        self.io_backend = self.io_backend or self.scenario.cache.io_backend
+        self.mem_layout = self.mem_layout or self.scenario.cache.mem_layout
+
+    @property
+    def page_bytes(self) -> int:
+        return self.bytes_per_token * self.cache.page_size
+
+    @property
+    def kv_factor(self) -> int:
+        return 1 if self.model.attention == "mla" else 2
+
+    @property
+    def request_overhead_s(self) -> float:
+        return self.compute_knobs.get("request_overhead_us", self.scenario.hardware.request_overhead_us) * 1e-6
+
+
+def model_dims(model: ModelPreset, dtype: str, layers: int | None = None) -> ModelDims:
+    """Attention dims of ``model`` (``layers``: the layers one pipeline stage holds; default all)."""
+    return ModelDims(
+        num_layers=model.num_layers if layers is None else layers,
+        attention=model.attention,
+        num_kv_heads=model.num_kv_heads,
+        head_dim=model.head_dim,
+        kv_lora_rank=model.kv_lora_rank,
+        qk_rope_head_dim=model.qk_rope_head_dim,
+        dtype=dtype,
+    )
+
+
+def check_tp(model: ModelPreset, tp: int) -> None:
+    """SGLang's tensor-parallel rule: attention heads split evenly over the ranks, and KV heads either
+    split evenly or (more ranks than KV heads) replicated a whole number of times."""
+    if model.q_heads % tp:
+        raise ConfigError(
+            "hardware.tp",
+            f"{tp} does not divide the {model.q_heads} attention heads of {model.name}; SGLang refuses it",
+        )
+    if model.attention == "mha":
+        kv = model.num_kv_heads
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            raise ConfigError(
+                "hardware.tp",
+                f"{tp} neither divides nor is a multiple of the {kv} KV heads of {model.name}; SGLang refuses it",
+            )
+
+
+def check_pp(model: ModelPreset, pp: int) -> None:
+    """Pipeline stages hold equal layer counts here: SGLang also splits unevenly (the last stages take
+    one layer more), which the simulator does not model, so ``pp`` must divide the layers."""
+    if pp > model.num_layers or model.num_layers % pp:
+        raise ConfigError(
+            "hardware.pp",
+            f"{pp} does not divide the {model.num_layers} layers of {model.name}; the simulator models "
+            "equal pipeline stages only (choose a divisor)",
+        )
+
+
+# Compute knobs a calibration file may carry, with their scenario field (same name and unit).
+COMPUTE_KNOBS = tuple(COMPUTE_FIELDS)
+
+
+def compute_knobs(hw: HardwareSpec, cal: Calibration | None) -> dict[str, float]:
+    """Each compute knob: the scenario's value when set there (``mfu`` sets both efficiencies), else
+    the calibration file's, else the default."""
+    given = set(hw.model_fields_set)
+    if hw.mfu is not None:
+        given |= {"linear_mfu", "attention_mfu"}
+    out = {}
+    for k in COMPUTE_KNOBS:
+        if k in given:
+            out[k] = hw.mfu if k in ("linear_mfu", "attention_mfu") and hw.mfu is not None else getattr(hw, k)
+        elif cal is not None and k in cal.compute:
+            out[k] = cal.compute[k]
+        else:
+            out[k] = getattr(hw, k)
+    return out
+
+
+def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> MemoryPlan:
+    """One rank's memory as SGLang profiles it (see :mod:`hicache_sim.hardware.memory`)."""
+    hw = sc.hardware
+    mem_mib = hw.memory_mib or gpu.memory_mib
+    weights = model.params_b * 1e9 * WEIGHT_BYTES[model.weights_dtype] / (hw.tp * hw.pp)
+    if hw.mem_fraction_static is not None:
+        mfs, source = hw.mem_fraction_static, "given"
+    else:
+        chunk = sc.scheduler.chunked_prefill_size or sc.scheduler.max_prefill_tokens
+        bs = hw.cuda_graph_max_bs or default_cuda_graph_max_bs(mem_mib, hw.tp)
+        mfs, source = default_mem_fraction_static(mem_mib, chunk, bs, hw.tp, hw.pp), "SGLang default"
+        if mfs <= 0:
+            raise ConfigError(
+                "hardware.mem_fraction_static",
+                f"SGLang's default keeps nothing of {mem_mib} MiB for weights and KV (its activation and "
+                "CUDA-graph reserve is larger); give mem_fraction_static",
+            )
+    return MemoryPlan(mem_mib * MIB, int(hw.cuda_context_mib * MIB), weights, mfs, source)
+
+
+# Host pool ratio when the scenario gives no host size: SGLang's ``--hicache-ratio`` default (2.0), and
+# the smaller default the buffer_only host mode uses (its host pool is a staging buffer, not a cache).
+DEFAULT_HOST_RATIO = {"cache": 2.0, "buffer_only": 1.2}
+# Storage bandwidth when neither the scenario nor a storage preset gives one (GB/s); storage off.
+NO_STORAGE_GBPS = 1.0
+
+
+@dataclass(frozen=True)
+class StorageParams:
+    """The L3 tier as the world sees it: off, or a capacity (None: unbounded) and its costs."""
+
+    on: bool
+    capacity_pages: int | None
+    read_Bps: float
+    write_Bps: float
+    latency_s: float
+
+
+def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
+    """Sizes in pages, policies, link and storage parameters. Raises ConfigError on an impossible mix."""
+    try:
+        model = sc.model.resolve()
+    except ValueError as e:
+        raise ConfigError("model", str(e)) from None
+    hw = sc.hardware
+    gpu = GPUS.get(hw.gpu)
+    check_tp(model, hw.tp)
+    check_pp(model, hw.pp)
+    stage_layers = model.num_layers // hw.pp
+    bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), hw.tp)
+    warnings: list[str] = []
+    memory = memory_plan(sc, model, gpu)
+    device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
+    host_tokens = _host_tokens(sc.cache, device_tokens, bpt, warnings)
+    storage = _storage(sc, bpt)
+    cache = _cache_config(sc.cache, device_tokens, host_tokens, storage, bpt, strict)
+    cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
+    io, layout, note = effective_io(sc.cache.io_backend, sc.cache.mem_layout)
+    if note:
+        warnings.append(note)
+    return Resolved(
+        scenario=sc,
+        model=model,
+        gpu=gpu,
+        bytes_per_token=bpt,
+        device_tokens=device_tokens,
+        host_tokens=host_tokens,
+        cache=cache,
+        links=_link_params(io, layout, sc, gpu, cal),
+        storage_read_Bps=storage.read_Bps,
+        storage_write_Bps=storage.write_Bps,
+        storage_latency_s=storage.latency_s,
+        memory=memory,
+        io_backend=io,
+        mem_layout=layout,
+        stage_layers=stage_layers,
+        compute_knobs=compute_knobs(hw, cal),
+        calibration=cal,
+        warnings=warnings,
+    )
+
+
+def _device_tokens(
+    sc: Scenario, model: ModelPreset, gpu: GPUPreset, bpt: int, memory: MemoryPlan, warnings: list[str]
+) -> int:
+    """Device pool in tokens (whole pages): the scenario's, with a warning when no such GPU holds it,
+    else what SGLang's memory profile leaves for KV (appends to ``warnings``)."""
+    hw, page = sc.hardware, sc.cache.page_size
+    ranks = f"tp {hw.tp} x pp {hw.pp}"
+    if sc.cache.device_tokens is not None:
+        device_tokens = sc.cache.device_tokens // page * page
+        if device_tokens * bpt > memory.kv_pool_bytes:
+            warnings.append(
+                f"device pool of {device_tokens} tokens is {device_tokens * bpt / GIB:.1f} GiB per GPU, more than "
+                f"the {max(memory.kv_pool_bytes, 0) / GIB:.1f} GiB {gpu.name} leaves for KV at {ranks} "
+                f"({memory.describe()}): no such GPU holds it (raise hardware.tp or pp, or lower cache.device_tokens)"
+            )
+    else:
+        device_tokens = memory.kv_tokens(bpt, page)
+        if device_tokens < page:
+            raise ConfigError(
+                "hardware.mem_fraction_static",
+                f"{model.name} leaves no KV pool on {gpu.name} at {ranks} ({memory.describe()}); "
+                "raise tp or pp, or give cache.device_tokens",
+            )
+    if device_tokens < page:
+        raise ConfigError("cache.device_tokens", f"device pool must hold at least one page ({page} tokens)")
+    return device_tokens
+
+
+def _host_tokens(c: CacheSpec, device_tokens: int, bpt: int, warnings: list[str]) -> int:
+    """Host pool in tokens, sized as SGLang sizes it from ratio, GB or tokens (appends to ``warnings``)."""
+    if c.host_ratio is None and c.host_size_gb is None and c.host_tokens is None:
+        sizing = host_pool_tokens(
+            device_tokens, c.page_size, host_ratio=DEFAULT_HOST_RATIO[c.host_memory_mode], alignment=c.host_alignment
+        )
+    else:
+        sizing = host_pool_tokens(
+            device_tokens,
+            c.page_size,
+            host_ratio=c.host_ratio,
+            host_size_gb=c.host_size_gb,
+            host_tokens=c.host_tokens,
+            bytes_per_token=bpt,
+            alignment=c.host_alignment,
+        )
+    if sizing.warning:
+        warnings.append(sizing.warning)
+    return sizing.host_tokens
+
+
+def _storage(sc: Scenario, bpt: int) -> StorageParams:
+    """The storage tier: the scenario's values, else the backend preset's."""
+    backend, hs = sc.cache.storage_backend, sc.hardware.storage
+    st = STORAGE.get(backend) if backend != "none" else None
+    cap_gb = hs.capacity_gb if hs.capacity_gb is not None else (st.capacity_gb if st else 0.0)
+    page_bytes = bpt * sc.cache.page_size
+    return StorageParams(
+        on=st is not None,
+        capacity_pages=int(cap_gb * 1e9 // page_bytes) if st is not None and cap_gb > 0 else None,
+        read_Bps=(hs.read_gbps or (st.read_gbps if st else NO_STORAGE_GBPS)) * 1e9,
+        write_Bps=(hs.write_gbps or (st.write_gbps if st else NO_STORAGE_GBPS)) * 1e9,
+        latency_s=(hs.latency_us if hs.latency_us is not None else (st.latency_us if st else 0.0)) * 1e-6,
+    )
+
+
+def _cache_config(
+    c: CacheSpec, device_tokens: int, host_tokens: int, storage: StorageParams, bpt: int, strict: bool
+) -> CacheConfig:
+    """The core's configuration: pool sizes in pages and the cache section's policies."""
+    page = c.page_size
+    return CacheConfig(
+        page_size=page,
+        device_pages=device_tokens // page,
+        host_pages=host_tokens // page,
+        write_policy=c.write_policy,
+        host_eviction=c.host_eviction,
+        host_memory_mode=c.host_memory_mode,
+        eviction_policy=c.eviction_policy,
+        eviction_policy_config=dict(c.eviction_policy_config),
+        eviction_granularity=c.eviction_granularity,
+        load_back_threshold_tokens=c.load_back_threshold,
+        storage=storage.on,
+        storage_capacity_pages=storage.capacity_pages,
+        prefetch_policy=c.prefetch_policy,
+        prefetch_threshold_tokens=c.prefetch_threshold,
+        prefetch_timeout_base_s=c.prefetch_timeout_base_s,
+        prefetch_timeout_per_ki_token_s=c.prefetch_timeout_per_ki_token_s,
+        prefetch_timeout_max_s=c.prefetch_timeout_max_s,
+        semantics=c.semantics,
+        evict_amount=c.evict_amount,
+        parent_backup=c.parent_backup,
+        host_backup_eviction=c.host_backup_eviction,
+        prefetch_flow=c.prefetch_flow,
+        write_back_eviction=c.write_back_eviction,
+        checkpoint_hits=c.checkpoint_hits,
+        bytes_per_page=bpt * page,
+        strict=strict,
+    )
+
+
+def _link_params(io: str, layout: str, sc: Scenario, gpu: GPUPreset, cal: Calibration | None) -> dict[str, LinkParams]:
+    """Per direction ('h2d', 'd2h') link parameters for io backend ``io`` and host layout ``layout``:
+    the calibration file's group, else the link preset's curve for the backend with the scenario's
+    overrides."""
+    p = sc.hardware.pcie
+    curve = LINKS.get(p.preset or gpu.pcie).curve(io)
+    given = {
+        "latency_s": None if p.latency_us is None else p.latency_us * 1e-6,
+        "half_efficiency_bytes": p.half_efficiency_bytes,
+        "segment_overhead_s": None if p.segment_overhead_us is None else p.segment_overhead_us * 1e-6,
+    }
+    out = {}
+    for direction, gbps in (("h2d", p.h2d_gbps), ("d2h", p.d2h_gbps)):
+        params = cal.get(direction, io, layout) if cal is not None else None
+        if params is None:
+            bandwidth = None if gbps is None else gbps * 1e9
+            over = {k: v for k, v in {**given, "bandwidth_Bps": bandwidth}.items() if v is not None}
+            params = dataclasses.replace(curve.params(direction, layout), **over)
+        out[direction] = params
+    return out

@@ -1,0 +1,408 @@
+"""The scenario YAML schema (pydantic; unknown keys are errors): one spec class per section.
+
+Units in names: ``*_tokens``, ``*_gb`` (1e9 bytes), ``*_gbps`` (1e9 bytes/s), ``*_mib`` (2**20 bytes), ``*_us``,
+``*_s``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..core import (
+    EVICTION_STRATEGIES,
+    HOST_EVICTION_RULES,
+    PREFETCH_STOP_POLICIES,
+    WRITE_POLICIES,
+)
+from ..hardware.presets import (
+    GPUS,
+    LINKS,
+    MODELS,
+    STORAGE,
+    ModelPreset,
+)
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input: one line naming the file, the field and what was expected."""
+
+
+# Simulated time is a float of seconds: a single cost beyond this makes the world's microsecond steps
+# vanish under rounding (events stop advancing time), so per-operation costs are bounded here.
+MAX_COST_US = 1e9
+
+
+class _Strict(BaseModel):
+    # Infinity and NaN are never a size, a rate or a fraction: refuse them at the field.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+def _in_registry(registry, value: str) -> str:
+    if value not in registry:
+        raise ValueError(f"unknown {registry.kind} {value!r}; supported: {', '.join(registry.names())}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+class ModelSpec(_Strict):
+    """A model preset, optionally with fields overridden, or explicit dimensions."""
+
+    preset: str | None = Field(None, description="model preset name (see `hicache-sim run --help`)")
+    num_layers: int | None = Field(None, gt=0, description="transformer layers")
+    attention: Literal["mha", "mla"] | None = Field(None, description="mha (MHA/GQA) or mla")
+    num_kv_heads: int | None = Field(None, gt=0, description="KV heads (MHA/GQA)")
+    head_dim: int | None = Field(None, gt=0, description="head dimension")
+    q_heads: int | None = Field(None, gt=0, description="query heads (attention FLOPs)")
+    kv_lora_rank: int | None = Field(None, ge=0, description="MLA latent rank")
+    qk_rope_head_dim: int | None = Field(None, ge=0, description="MLA rope dimension")
+    params_b: float | None = Field(None, gt=0, description="parameters, billions (weights memory)")
+    active_params_b: float | None = Field(None, gt=0, description="active parameters per token, billions")
+    weights_dtype: Literal["bf16", "fp16", "fp8"] | None = Field(
+        None, description="dtype of the linear weights (default: the preset's checkpoint, else bf16)"
+    )
+    dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
+
+    @field_validator("preset")
+    @classmethod
+    def _preset_known(cls, v: str | None) -> str | None:
+        return None if v is None else _in_registry(MODELS, v)
+
+    def resolve(self) -> ModelPreset:
+        """Preset with overrides applied, or a model from explicit dimensions."""
+        fields = {k: v for k, v in self.model_dump().items() if v is not None and k not in ("preset", "dtype")}
+        if self.preset is not None:
+            base = MODELS.get(self.preset)
+            return ModelPreset(**{**base.__dict__, **fields})
+        need = ["num_layers", "params_b"]
+        missing = [k for k in need if k not in fields]
+        if missing:
+            raise ValueError(f"explicit model needs {', '.join(missing)} (or a preset)")
+        fields.setdefault("attention", "mha")
+        fields.setdefault("num_kv_heads", 1)
+        fields.setdefault("head_dim", 128)
+        fields.setdefault("q_heads", fields["num_kv_heads"])
+        fields.setdefault("active_params_b", fields["params_b"])
+        return ModelPreset(name="custom", **fields)
+
+
+# --------------------------------------------------------------------------------------- hardware
+
+
+class PCIeSpec(_Strict):
+    """Host<->device link. Unset fields come from the GPU's link preset, for the scenario's io backend
+    (cache.io_backend: each backend has its own peak, launch cost and small-piece curve)."""
+
+    preset: str | None = Field(None, description="gen4, gen5 or gen5_rocm (default: the GPU's)")
+    h2d_gbps: float | None = Field(None, gt=0, description="peak host->device GB/s")
+    d2h_gbps: float | None = Field(None, gt=0, description="peak device->host GB/s")
+    latency_us: float | None = Field(
+        None, ge=0, le=MAX_COST_US, description="fixed cost per copy operation (launch), us"
+    )
+    half_efficiency_bytes: float | None = Field(None, ge=0, description="piece size at half of peak, bytes")
+    segment_overhead_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="cost per contiguous piece, us")
+    sharing: Literal["processor", "fifo"] = Field(
+        "processor", description="concurrent transfers of one direction share bandwidth, or queue"
+    )
+
+    @field_validator("preset")
+    @classmethod
+    def _preset_known(cls, v: str | None) -> str | None:
+        return None if v is None else _in_registry(LINKS, v)
+
+
+class StorageSpec(_Strict):
+    """Storage (L3) link; unset fields come from the backend preset (cache.storage_backend)."""
+
+    read_gbps: float | None = Field(None, gt=0, description="storage -> host GB/s")
+    write_gbps: float | None = Field(None, gt=0, description="host -> storage GB/s")
+    latency_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="latency per batch (query or I/O), us")
+    capacity_gb: float | None = Field(None, ge=0, description="storage capacity, GB (0: unbounded)")
+
+
+class HardwareSpec(_Strict):
+    """The GPUs and their costs. Compute efficiencies and overheads left unset take a calibration
+    file's values (``hardware.calibration``), else the defaults below (sources in
+    docs/reference/hardware-and-models.md)."""
+
+    gpu: str = Field("h200", description="GPU preset")
+    memory_mib: int | None = Field(
+        None, gt=0, description="GPU memory the device reports (nvidia-smi memory.total, MiB); default: the preset's"
+    )
+    tp: int = Field(1, gt=0, description="tensor-parallel ranks (KV split across them for MHA/GQA)")
+    pp: int = Field(
+        1, gt=0, description="pipeline-parallel stages (SGLang --pp-size): layers, weights and KV split evenly"
+    )
+    mem_fraction_static: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of free GPU memory for weights + KV pool (default: SGLang's rule from the GPU "
+        "memory, prefill chunk, CUDA-graph batch size, tp and pp)",
+    )
+    cuda_graph_max_bs: int | None = Field(
+        None, gt=0, description="largest CUDA-graph batch, for the default mem_fraction_static (default: SGLang's)"
+    )
+    cuda_context_mib: float = Field(
+        1024.0, ge=0, description="GPU memory in use before the weights load (CUDA context, NCCL), MiB; estimate"
+    )
+    mfu: float | None = Field(None, gt=0, le=1, description="shorthand: sets linear_mfu and attention_mfu both")
+    linear_mfu: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s the linear layers reach")
+    attention_mfu: float = Field(0.6, gt=0, le=1, description="fraction of peak FLOP/s attention reaches")
+    hbm_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth decode reaches")
+    step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
+    request_overhead_us: float = Field(
+        1000.0,
+        ge=0,
+        le=MAX_COST_US,
+        description="per-request cost outside the GPU (HTTP, tokenisation, scheduling hops) before the "
+        "scheduler sees it, us",
+    )
+    pcie: PCIeSpec = Field(default_factory=PCIeSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    calibration: str | None = Field(None, description="calibration file (hicache-sim calibrate)")
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu_known(cls, v: str) -> str:
+        return _in_registry(GPUS, v)
+
+    @model_validator(mode="after")
+    def _one_efficiency_form(self) -> HardwareSpec:
+        both = [k for k in ("linear_mfu", "attention_mfu") if k in self.model_fields_set]
+        if self.mfu is not None and both:
+            raise ValueError(f"give mfu (both efficiencies) or {' and '.join(both)}, not both")
+        return self
+
+
+# ------------------------------------------------------------------------------------------ cache
+
+
+# CacheSpec fields whose value must name an entry of a registry.
+_REGISTRY_FIELDS = {
+    "write_policy": WRITE_POLICIES,
+    "host_eviction": HOST_EVICTION_RULES,
+    "eviction_policy": EVICTION_STRATEGIES,
+    "prefetch_policy": PREFETCH_STOP_POLICIES,
+    "storage_backend": STORAGE,
+}
+
+
+class CacheSpec(_Strict):
+    page_size: int = Field(64, gt=0, description="tokens per page")
+    device_tokens: int | None = Field(None, gt=0, description="device KV pool, tokens (default: from GPU memory)")
+    host_ratio: float | None = Field(None, ge=0, description="host pool = ratio x device pool")
+    host_size_gb: float | None = Field(None, ge=0, description="host pool in GB per rank (overrides ratio)")
+    host_tokens: int | None = Field(None, ge=0, description="host pool, exact tokens (page multiple)")
+    host_alignment: Literal["up_plus_one", "down", "exact"] = Field(
+        "up_plus_one", description="host pool page alignment: 2026 (+1 page), mid-2025 (down)"
+    )
+    write_policy: str = Field("write_through", description="write_through | write_through_selective | write_back")
+    host_eviction: str = Field("evicted_only", description="evicted_only | reclaim_mirrors | boundary")
+    host_memory_mode: Literal["cache", "buffer_only"] = Field("cache", description="host as cache or buffer")
+    eviction_policy: str = Field("lru", description="lru | lfu | fifo | mru | filo | priority | slru")
+    eviction_policy_config: dict[str, Any] = Field(default_factory=dict, description="e.g. protected_threshold")
+    eviction_granularity: Literal["node", "page"] = Field("node", description="whole leaf nodes or exact pages")
+    io_backend: Literal["kernel", "direct"] = Field("kernel", description="host<->device copy backend")
+    mem_layout: Literal["layer_first", "page_first", "page_first_direct"] = Field(
+        "page_first", description="host KV layout"
+    )
+    storage_backend: str = Field("none", description="none or a storage preset")
+    prefetch_policy: str = Field("timeout", description="best_effort | wait_complete | timeout")
+    prefetch_threshold: int = Field(256, ge=0, description="smallest prefetch worth issuing, tokens")
+    prefetch_timeout_base_s: float | None = Field(None, ge=0, description="timeout base (default by semantics)")
+    prefetch_timeout_per_ki_token_s: float | None = Field(None, ge=0, description="timeout per 1024 tokens")
+    prefetch_timeout_max_s: float | None = Field(None, ge=0, description="timeout cap")
+    load_back_threshold: int = Field(10, ge=0, description="smallest load-back, tokens")
+    semantics: Literal["2025", "2026"] = Field("2026", description="upstream era where behaviour changed")
+    evict_amount: Literal["need", "deficit"] | None = Field(None, description="override of the era's rule")
+    parent_backup: Literal["none", "skip", "chain"] | None = Field(None, description="override")
+    host_backup_eviction: Literal["full_retry", "shortfall"] | None = Field(None, description="override")
+    prefetch_flow: Literal["prealloc", "after_hit"] | None = Field(None, description="override")
+    write_back_eviction: Literal["staged", "unified"] | None = Field(None, description="override")
+    checkpoint_hits: Literal["never", "past_inserted"] | None = Field(None, description="override")
+
+    @field_validator(*_REGISTRY_FIELDS)
+    @classmethod
+    def _registered(cls, v: str, info) -> str:
+        """Policy names come from the core's registries (the same ones the CLI help lists)."""
+        if info.field_name == "storage_backend" and v == "none":
+            return v
+        return _in_registry(_REGISTRY_FIELDS[info.field_name], v)
+
+    @model_validator(mode="after")
+    def _one_host_size(self) -> CacheSpec:
+        given = [k for k in ("host_ratio", "host_size_gb", "host_tokens") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of host_ratio, host_size_gb, host_tokens (got {', '.join(given)})")
+        return self
+
+
+# -------------------------------------------------------------------------------------- scheduler
+
+
+class SchedulerSpec(_Strict):
+    chunked_prefill_size: int | None = Field(8192, gt=0, description="prefill chunk, tokens (null: whole prompt)")
+    max_running_requests: int = Field(256, gt=0, description="cap on requests in the running batch")
+    max_prefill_tokens: int = Field(16384, gt=0, description="new prefill tokens per step")
+    reserve_last_token: bool = Field(True, description="match at most input - 1 tokens, as SGLang")
+    insert_output: bool = Field(True, description="cache output tokens too when a request finishes (timed)")
+
+
+# --------------------------------------------------------------------------------------- workload
+
+
+class TraceSpec(_Strict):
+    path: str = Field("builtin:mooncake/conversation_trace.jsonl", description="file, or builtin:<name>")
+    format: Literal["mooncake", "bailian", "azure"] = Field("mooncake", description="trace format")
+    limit: int | None = Field(None, gt=0, description="first N requests only")
+    time_scale: float = Field(1.0, gt=0, le=1e6, description="multiply arrival times (0.5 = twice the load)")
+    block_size: int | None = Field(
+        None, gt=0, description="tokens per hash id (default: 512 mooncake, 16 bailian; trace convert's --block-size)"
+    )
+
+
+class MultiturnSpec(_Strict):
+    """SGLang bench_multiturn: clients with growing histories."""
+
+    num_clients: int = Field(256, gt=0)
+    num_rounds: int = Field(5, gt=0)
+    request_length: int = Field(512, gt=0, description="tokens of the first prompt and of each new question")
+    output_length: int = Field(64, gt=0)
+    request_rate: float = Field(1.0, gt=0, description="requests/s")
+    max_parallel: int = Field(128, gt=0, description="in-flight cap")
+    distribution: Literal["poisson", "uniform"] = Field("poisson")
+    round_barrier: bool = Field(False, description="round r+1 starts when every client finished round r")
+    range_ratio: float = Field(1.0, gt=0, le=1, description="lengths vary uniformly in [ratio x L, L]")
+
+    def size_estimate(self) -> tuple[int, int]:
+        """(requests, prompt tokens summed over them): round r's prompt holds r + 1 questions and r answers."""
+        rounds = self.num_rounds
+        per_client = self.request_length * rounds * (rounds + 1) // 2 + self.output_length * rounds * (rounds - 1) // 2
+        return self.num_clients * self.num_rounds, self.num_clients * per_client
+
+
+class SharedPrefixSpec(_Strict):
+    num_groups: int = Field(32, gt=0)
+    prompts_per_group: int = Field(16, gt=0)
+    system_prompt_length: int = Field(2048, gt=0)
+    question_length: int = Field(128, gt=0)
+    output_length: int = Field(128, gt=0)
+    request_rate: float = Field(4.0, gt=0)
+
+    def size_estimate(self) -> tuple[int, int]:
+        n = self.num_groups * self.prompts_per_group
+        return n, n * (self.system_prompt_length + self.question_length)
+
+
+class LongContextSpec(_Strict):
+    num_documents: int = Field(20, gt=0)
+    queries_per_document: int = Field(5, gt=0)
+    context_length: int = Field(32768, gt=0)
+    question_length: int = Field(64, gt=0)
+    output_length: int = Field(64, gt=0)
+    request_rate: float = Field(1.0, gt=0)
+    order: Literal["grouped", "round_robin"] = Field("round_robin")
+
+    def size_estimate(self) -> tuple[int, int]:
+        n = self.num_documents * self.queries_per_document
+        return n, n * (self.context_length + self.question_length)
+
+
+class PoissonSpec(_Strict):
+    num_requests: int = Field(1000, gt=0)
+    request_rate: float = Field(4.0, gt=0)
+    input_length: int = Field(2048, gt=0)
+    output_length: int = Field(256, gt=0)
+    shared_fraction: float = Field(0.5, ge=0, le=1, description="share of each prompt that is a common prefix")
+    num_prefixes: int = Field(8, gt=0)
+    lengths_from: str | None = Field(None, description="azure trace file or builtin: for arrivals and lengths")
+
+    def size_estimate(self) -> tuple[int, int]:
+        return self.num_requests, self.num_requests * self.input_length
+
+
+class WorkloadSpec(_Strict):
+    kind: Literal["trace", "multiturn", "shared_prefix", "long_context", "poisson_synthetic"] = "trace"
+    partial_pages: Literal["keep", "drop"] = Field("keep", description="last partial page cached or not")
+    trace: TraceSpec = Field(default_factory=TraceSpec)
+    multiturn: MultiturnSpec = Field(default_factory=MultiturnSpec)
+    shared_prefix: SharedPrefixSpec = Field(default_factory=SharedPrefixSpec)
+    long_context: LongContextSpec = Field(default_factory=LongContextSpec)
+    poisson_synthetic: PoissonSpec = Field(default_factory=PoissonSpec)
+
+
+# A generated workload holds one key per prompt page of every request in memory (about 100 bytes
+# each with its list slot): 20 million pages is about 2 GB, the most a laptop run should take.
+MAX_GENERATED_PAGES = 20_000_000
+MAX_GENERATED_REQUESTS = 10_000_000
+
+
+class MetricsSpec(_Strict):
+    warmup_fraction: float = Field(0.0, ge=0, lt=1, description="first share of requests not measured")
+    timeseries_interval_s: float = Field(1.0, gt=1e-6, le=1e6, description="sampling period of time series (timed)")
+    transfer_log: bool = Field(False, description="write transfers.parquet")
+
+
+class Scenario(_Strict):
+    """A complete simulation: model, hardware, cache, scheduler, workload, metrics, optional sweep."""
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    mode: Literal["instant", "timed"] = "instant"
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec(preset="llama-3.1-8b"))
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+    cache: CacheSpec = Field(default_factory=CacheSpec)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values")
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_values_distinct(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """A value listed twice would run the same point twice (or, resumed, once under two rows)."""
+        for key, values in v.items():
+            seen: list[Any] = []
+            for value in values:
+                if value in seen:
+                    raise ValueError(f"key {key!r} lists the value {value!r} twice")
+                seen.append(value)
+        return v
+
+    @model_validator(mode="after")
+    def _workload_fits_memory(self) -> Scenario:
+        """A generated workload is built in memory before anything runs: refuse one that cannot fit."""
+        kind = self.workload.kind
+        spec = getattr(self.workload, kind, None)
+        if kind == "trace" or not hasattr(spec, "size_estimate"):
+            return self
+        n, tokens = spec.size_estimate()
+        pages = -(-tokens // self.cache.page_size)
+        if n > MAX_GENERATED_REQUESTS or pages > MAX_GENERATED_PAGES:
+            raise ValueError(
+                f"workload.{kind}: would generate {n:,} requests of {pages:,} prompt pages in all; "
+                f"at most {MAX_GENERATED_REQUESTS:,} requests and {MAX_GENERATED_PAGES:,} pages "
+                "(lower the counts or lengths, or raise cache.page_size)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _chunk_holds_a_page(self) -> Scenario:
+        """SGLang truncates a chunk to whole pages: a chunk budget below one page admits nothing."""
+        chunk, page = self.scheduler.chunked_prefill_size, self.cache.page_size
+        if chunk is not None and chunk < page:
+            raise ValueError(
+                f"scheduler.chunked_prefill_size ({chunk}) is smaller than cache.page_size ({page}): "
+                "no chunk could hold one page; raise the chunk size or lower the page size"
+            )
+        return self
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_name(cls, v: Any) -> Any:
+        return {"preset": v} if isinstance(v, str) else v
