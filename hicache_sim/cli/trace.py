@@ -56,7 +56,7 @@ def convert(
     block of prompt tokens. Prompts are not stored. Chat messages are rendered with a fixed ChatML
     template, each piece tokenised on its own, so every turn of a conversation shares the previous
     turn's blocks."""
-    from ..outputs import check_file_target, write_text_atomic
+    from ..output.write import check_file_target, write_text_atomic
     from ..traffic.convert import convert_log, trace_text
 
     with user_errors(str(log)):
@@ -98,7 +98,7 @@ def stats(
     rate and the reuse-distance distribution, with a figure."""
     import json
 
-    from ..outputs import check_target, staged_folder
+    from ..output.write import check_target, staged_folder
     from ..traffic.figure import stats_figure
     from ..traffic.stats import stats_text, trace_stats
     from ..workloads.build import trace_path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plots import _save
+from ..output.plots import _save
 
 
 def stats_figure(arrays: dict, path: Path, title: str) -> None:
