@@ -165,6 +165,21 @@ def test_stats_of_a_converted_chat_log(tmp_path):
     assert r.exit_code == 0, r.output  # its own folder is replaced
 
 
+def test_stats_of_a_bailian_trace_uses_its_16_token_blocks(tmp_path):
+    rows = [
+        {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 40, "output_length": 8,
+         "turn": 1, "hash_ids": [10, 11, 12]},
+        {"chat_id": 2, "parent_chat_id": 1, "timestamp": 2.0, "input_length": 70, "output_length": 8,
+         "turn": 2, "hash_ids": [10, 11, 13, 14, 15]},
+    ]  # fmt: skip
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = invoke("trace", "stats", tmp_path / "b.jsonl", "--format", "bailian", "--out", tmp_path / "st")
+    assert r.exit_code == 0, r.output
+    s = json.loads((tmp_path / "st" / "stats.json").read_text())
+    # turn 2 reuses blocks 10 and 11 (16 tokens each); turn 1's last block held 8 tokens, a different block
+    assert s["block_size"] == 16 and s["ideal_hit_tokens"] == 32 and s["prompt_tokens"]["total"] == 110
+
+
 def test_stats_refuses_a_user_folder(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.md").write_text("keep")

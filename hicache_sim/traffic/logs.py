@@ -341,6 +341,12 @@ def read_log(path: str | Path, fmt: str = "auto", run: int | None = None) -> Log
     """Read the request log at ``path`` in format ``fmt`` (``auto``: detected)."""
     p = Path(path)
     if not p.is_file():
-        raise WorkloadError(str(path), None, "log file not found" if not p.is_dir() else "is a folder, not a log file")
+        why = (
+            "is a folder, not a log file (SGLang writes one file per host and rank under --log-requests-target: "
+            "give one, or cat them into one)"
+            if p.is_dir()
+            else "log file not found"
+        )
+        raise WorkloadError(str(path), None, why)
     name = detect_format(p) if fmt == "auto" else fmt
     return READERS[name](p, run)
