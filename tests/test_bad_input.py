@@ -379,7 +379,9 @@ def _log(t: Path, content: bytes | str = GOOD_LOG) -> Path:
 
 CONVERT_CASES = [
     pytest.param(lambda t: [t / "nowhere.jsonl"], ["nowhere.jsonl", "log file not found"], id="missing-log"),
-    pytest.param(lambda t: [t], ["is a folder, not a log file"], id="log-is-folder"),
+    pytest.param(
+        lambda t: [t], ["is a folder with no *.pkl request dump", "--log-requests-target"], id="log-is-folder"
+    ),
     pytest.param(lambda t: [_log(t), "--format", "xml"], ["--format 'xml'", "openai, sglang"], id="unknown-format"),
     pytest.param(lambda t: [_log(t), "--block-size", 0], ["--block-size 0", ">= 1"], id="block-size-zero"),
     pytest.param(lambda t: [_log(t), "--run", 0], ["--run 0", ">= 1"], id="run-zero"),

@@ -22,7 +22,7 @@ trace_app = typer.Typer(
 )
 app.add_typer(trace_app, name="trace")
 
-FORMATS = ("auto", "openai", "sglang", "bench-serving", "bench-multiturn")
+FORMATS = ("auto", "openai", "sglang", "sglang-dump", "bench-serving", "bench-multiturn")
 SHOWN_SKIPS = 10
 TRACE_BLOCK_SIZES = {"mooncake": 512, "bailian": 16}
 
@@ -34,12 +34,17 @@ def _is_converted_trace(path: Path) -> bool:
 
 @trace_app.command("convert")
 def convert(
-    log: Path = typer.Argument(..., metavar="LOG", help="request log, one JSON object per line"),
+    log: Path = typer.Argument(
+        ..., metavar="LOG", help="request log (JSONL), or an SGLang request dump (.pkl, or a folder of them)"
+    ),
     out: Path = typer.Option(
         ..., "--out", metavar="FILE", help="trace to write (JSONL, Mooncake format); must not exist"
     ),
     fmt: str = typer.Option(
-        "auto", "--format", metavar="FORMAT", help="openai | sglang | bench-serving (auto: from the first line)"
+        "auto",
+        "--format",
+        metavar="FORMAT",
+        help="openai | sglang | sglang-dump | bench-serving (auto: from the file)",
     ),
     tokenizer: Path | None = typer.Option(
         None,
@@ -51,8 +56,8 @@ def convert(
     strict: bool = typer.Option(False, "--strict", help="a line that cannot be converted is an error, not a skip"),
     run: int | None = typer.Option(None, "--run", metavar="N", help="bench_serving file with several runs: the Nth"),
 ) -> None:
-    """Convert LOG (OpenAI chat/completions JSONL, SGLang's JSON request log, bench_serving
-    --output-details results) into a trace: arrival, prompt and output lengths, one chain hash per
+    """Convert LOG (OpenAI chat/completions JSONL, SGLang's JSON request log or request dumps,
+    bench_serving --output-details results) into a trace: arrival, prompt and output lengths, one chain hash per
     block of prompt tokens. Prompts are not stored. Chat messages are rendered with a fixed ChatML
     template, each piece tokenised on its own, so every turn of a conversation shares the previous
     turn's blocks."""
@@ -71,7 +76,7 @@ def convert(
     with output_errors(out):
         write_text_atomic(target, trace_text(conv))
     for s in conv.skipped[:SHOWN_SKIPS]:
-        typer.echo(f"skipped {log}:{s.line}: {s.reason}", err=True)
+        typer.echo(f"skipped {s.where or f'{log}:{s.line}'}: {s.reason}", err=True)
     if len(conv.skipped) > SHOWN_SKIPS:
         typer.echo(f"skipped {len(conv.skipped) - SHOWN_SKIPS} more lines", err=True)
     for note in conv.notes:

@@ -72,7 +72,7 @@ def convert_log(
         try:
             tokens = _tokens(req, tok)
         except ChatFormatError as e:
-            skipped.append(Skipped(req.line, str(e)))
+            skipped.append(Skipped(req.line, str(e)))  # chat messages come from JSON lines only
             continue
         used_tokenizer |= req.prompt[0] != "ids"
         if not tokens:
@@ -81,9 +81,14 @@ def convert_log(
         rows.append((req.arrival_s, len(tokens), req.output_tokens, chain_hashes(tokens, block_size)))
     skipped.sort(key=lambda s: s.line)
     if strict and skipped:
-        raise WorkloadError(str(path), skipped[0].line, f"{skipped[0].reason} (--strict)")
+        s = skipped[0]
+        if s.where:
+            raise WorkloadError(s.where, None, f"{s.reason} (--strict)")
+        raise WorkloadError(str(path), s.line, f"{s.reason} (--strict)")
     if not rows:
-        first = f" (first: line {skipped[0].line}: {skipped[0].reason})" if skipped else ""
+        first = ""
+        if skipped:
+            first = f" (first: {skipped[0].where or f'line {skipped[0].line}'}: {skipped[0].reason})"
         raise WorkloadError(str(path), None, f"no request could be converted{first}")
     rows.sort(key=lambda r: r[0])  # stable: file order on ties
     t0 = rows[0][0]

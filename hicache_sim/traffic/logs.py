@@ -22,6 +22,10 @@ Formats (``--format``, or detected from the first JSON object):
   times: every request gets blocks of its own (no prefix reuse) and arrivals ``1/request_rate``
   apart (all at 0 for ``inf``). ``--run N`` picks the run when the file holds several.
 
+- ``sglang-dump``: SGLang's request dumps (``--dump-requests-folder`` and ``--crash-dump-folder``
+  pickles: a file or a folder of them), read inertly (``dumps.py``): prompt as above, arrival at
+  the request's created time.
+
 bench_multiturn's ``--log-file`` holds one summary per run and nothing per request: it is refused
 with a pointer to SGLang's request log (which records what bench_multiturn sends) and to
 ``workload.kind: multiturn``.
@@ -37,6 +41,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..workloads.errors import WorkloadError
+from .dumps import dump_files, fields, read_dump
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,12 @@ class LogRequest:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A log line (or, for bench_serving, one request of a run) that could not be converted."""
+    """A log line (or one request of a bench_serving run or of a dump) that could not be converted.
+    ``where`` names it when a line number does not (``dump.pkl request 3``)."""
 
     line: int
     reason: str
+    where: str | None = None
 
 
 @dataclass
@@ -303,6 +310,41 @@ def read_bench_serving(path: Path, run: int | None) -> LogRead:
     return out
 
 
+def read_sglang_dump(path: Path, run: int | None) -> LogRead:
+    files = dump_files(path)
+    if not files:
+        raise WorkloadError(str(path), None, "no *.pkl request dump in this folder")
+    out = LogRead([], [], [])
+    order = 0
+    for f in files:
+        for i, item in enumerate(read_dump(f), 1):
+            order += 1
+            where = f"{f} request {i}"
+            if not isinstance(item, tuple) or len(item) < 3:
+                out.skipped.append(Skipped(order, "expected (obj, out, created_time, finished_time)", where))
+                continue
+            obj, res, created = fields(item[0]), item[1], item[2]
+            if isinstance(res, list):
+                out.skipped.append(Skipped(order, "a batched request (several prompts in one record)", where))
+                continue
+            meta = fields(fields(res).get("meta_info"))
+            n_out = _count(meta.get("completion_tokens"))
+            if n_out is None:
+                out.skipped.append(Skipped(order, "expected out.meta_info.completion_tokens", where))
+                continue
+            arrival = _seconds(created)
+            if arrival is None:
+                out.skipped.append(Skipped(order, "expected a created time in seconds", where))
+                continue
+            prompt = _sglang_prompt(order, obj)
+            if isinstance(prompt, Skipped):
+                out.skipped.append(Skipped(order, prompt.reason, where))
+                continue
+            out.requests.append(LogRequest(order, arrival, n_out, prompt))
+    out.notes.append(f"read {len(files)} dump file(s) inertly (nothing in them was imported or run)")
+    return out
+
+
 def refuse_bench_multiturn(path: Path, run: int | None) -> LogRead:
     raise WorkloadError(
         str(path),
@@ -317,12 +359,20 @@ READERS: dict[str, Callable[[Path, int | None], LogRead]] = {
     "openai": read_openai,
     "sglang": read_sglang,
     "bench-serving": read_bench_serving,
+    "sglang-dump": read_sglang_dump,
     "bench-multiturn": refuse_bench_multiturn,
 }
 
 
+def _is_pickle(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(1) == b"\x80"  # the PROTO opcode every pickle since protocol 2 starts with
+
+
 def detect_format(path: Path) -> str:
-    """The format of a log from its first JSON object (see the module docstring)."""
+    """The format of a log from its first JSON object (see the module docstring), or a dump."""
+    if path.is_dir() or _is_pickle(path):
+        return "sglang-dump"
     first = _first_object(path)
     if first is None:
         raise WorkloadError(
@@ -340,10 +390,12 @@ def detect_format(path: Path) -> str:
 def read_log(path: str | Path, fmt: str = "auto", run: int | None = None) -> LogRead:
     """Read the request log at ``path`` in format ``fmt`` (``auto``: detected)."""
     p = Path(path)
+    if p.is_dir() and fmt in ("auto", "sglang-dump") and dump_files(p):
+        return read_sglang_dump(p, run)
     if not p.is_file():
         why = (
-            "is a folder, not a log file (SGLang writes one file per host and rank under --log-requests-target: "
-            "give one, or cat them into one)"
+            "is a folder with no *.pkl request dump, not a log file (SGLang writes one file per host and "
+            "rank under --log-requests-target: give one, or cat them into one)"
             if p.is_dir()
             else "log file not found"
         )
