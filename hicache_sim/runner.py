@@ -73,6 +73,14 @@ def _token_hits(req, page_size: int, d: int, h: int, s: int) -> tuple[int, int, 
     return td, th, ts
 
 
+def _with_rounds(df: pd.DataFrame, wl: Workload) -> pd.DataFrame:
+    """Multi-turn runs: each row's round (its client's turn), the key of summary.json's ``rounds``."""
+    if wl.closed_loop and len(df):
+        by_rid = {q.rid: q.turn for q in wl.requests}
+        df["round"] = [by_rid[rid] for rid in df["rid"]]
+    return df
+
+
 def run_instant_scenario(
     r: Resolved, wl: Workload, *, check_invariants: bool, progress: Callable[[int], None] | None, record_transfers: bool
 ) -> RunOutput:
@@ -131,7 +139,7 @@ def run_instant_scenario(
                 "reason": "device pool too small for the prompt" if req.rid in rejected else "",
             }
         )
-    df = pd.DataFrame(rows)
+    df = _with_rounds(pd.DataFrame(rows), wl)
     summary = build_summary(
         df,
         warmup_fraction=sc.metrics.warmup_fraction,
@@ -151,7 +159,7 @@ def run_timed_scenario(
 
     sc = r.scenario
     res = run_timed(r, wl, check_invariants=check_invariants, progress=progress)
-    df = pd.DataFrame(res.requests)
+    df = _with_rounds(pd.DataFrame(res.requests), wl)
     if "prompt_tokens" not in df:
         df["prompt_tokens"] = df["input_tokens"]
     summary = build_summary(

@@ -192,9 +192,16 @@ def test_30106_attach_point_that_lost_its_host_copy_meanwhile():
 def test_a_child_backed_up_takes_its_parent_out_of_the_host_candidates():
     """Found by fresh random examples, missed by the fixed ones: under reclaim_mirrors a D+H node with
     no backed-up child is a host leaf; once its child gets a host copy it is not, and the candidate set
-    must say so at once (else evict_host could free a parent under a backed-up child)."""
+    must say so at once (else evict_host could free a parent under a backed-up child). The staged
+    write_back keeps a written-back node D+H without registering it as a full duplicate, so the
+    backups can be driven by hand."""
     c = new_cache(
-        page_size=1, device_pages=16, host_pages=16, write_policy="write_back", host_eviction="reclaim_mirrors"
+        page_size=1,
+        device_pages=16,
+        host_pages=16,
+        write_policy="write_back",
+        write_back_eviction="staged",
+        host_eviction="reclaim_mirrors",
     )
     put(c, [1, 2])
     put(c, [1, 2, 3])
@@ -269,3 +276,15 @@ def test_reclaim_mirrors_never_reclaims_the_parent_copy_a_write_through_backup_h
     assert parent.state() == "D+H" and child.state() == "D"
     assert c.counters.backup_failures == 1 and c.counters.host_mirror_reclaimed_pages == 0
     settle(c)
+
+
+def test_boundary_under_write_back_keeps_h_only_nodes_under_a_host_copy(conversation_trace):
+    """boundary inherits from reclaim_mirrors; when reclaim_mirrors took up the unified write_back's
+    full-duplicate reclaim, boundary did too, and that reclaim dropped the host copy of D+H nodes with
+    H-only children (invariant 15 at the end of this run; 23 in others). boundary orders duplicates
+    itself, among host leaves only."""
+    from hicache_sim.instant import run_instant
+
+    cfg = CacheConfig(512, 2000, 1000, write_policy="write_back", host_eviction="boundary")
+    res = run_instant(cfg, conversation_trace[:2500])
+    check(res.cache)

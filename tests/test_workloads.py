@@ -14,6 +14,7 @@ from hicache_sim.scenario import LongContextSpec, MultiturnSpec, PoissonSpec, Sc
 from hicache_sim.workloads import Request, expand_blocks
 from hicache_sim.workloads.build import build_workload
 from hicache_sim.workloads.errors import WorkloadError
+from hicache_sim.workloads.kinds import WORKLOAD_KINDS
 from hicache_sim.workloads.synthetic import long_context, multiturn, poisson_synthetic, shared_prefix
 from hicache_sim.workloads.traces import load_azure, load_bailian, load_mooncake, vendored_trace
 
@@ -49,6 +50,60 @@ def test_page_tokens_and_match_limit():
     assert r.match_limit(512, reserve_last_token=True) == 1  # never the page holding the last token
     aligned = Request("y", 0.0, 1024, 1, (1, 2))
     assert aligned.match_limit(512, True) == 1
+
+
+# Lines where a quick JSON path could differ from json.loads: whitespace around the value (JSON's
+# four characters, and others it refuses), trailing data, a BOM, non-standard numbers, not an object.
+JSON_LINES = [
+    '{"a": [1, 2]}\n',
+    '  {"a": 1}\n',
+    '{"a": 1} \t\r\n',
+    '{"a": 1}\x0c\n',
+    '\x0c{"a": 1}',
+    '{"a": 1} x\n',
+    '{"a": 1} {"b": 2}',
+    '\ufeff{"a": 1}',
+    '{"a": NaN, "b": 1e400, "c": 123456789012345678901234567890}',
+    "[1, 2]",
+    '{"a": ',
+    '{"a": "\\ud800"}',
+]
+
+
+@pytest.mark.parametrize("line", JSON_LINES)
+def test_trace_lines_parse_as_json_loads(line):
+    """The loader's per-line parse gives json.loads's value, or its error at the same place."""
+    from hicache_sim.workloads.traces import _loads
+
+    def outcome(parse):
+        try:
+            return ("value", repr(parse(line)))
+        except json.JSONDecodeError as e:
+            return ("error", e.msg, e.pos)
+
+    assert outcome(_loads) == outcome(json.loads)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ('"timestamp": true', "field 'timestamp' must be an integer >= 0, got True"),
+        ('"timestamp": 1.0', "field 'timestamp' must be an integer >= 0, got 1.0"),
+        ('"timestamp": -1', "field 'timestamp' must be an integer >= 0, got -1"),
+        ('"hash_ids": [4, true]', "field 'hash_ids' must be a list of integers"),
+        ('"hash_ids": [4, 5.0]', "field 'hash_ids' must be a list of integers"),
+        ('"hash_ids": {"4": 5}', "field 'hash_ids' must be a list of integers"),
+    ],
+)
+def test_mooncake_field_types_name_the_line(tmp_path, fields, message):
+    """Booleans are not integers, floats are not ids: each refused with its line."""
+    good = {"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [4, 5]}
+    bad = json.dumps(good)[:-1] + ", " + fields + "}"  # a later key overrides the good one
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(good) + "\n" + bad + "\n")
+    with pytest.raises(WorkloadError) as err:
+        load_mooncake(p, 512)
+    assert str(err.value) == f"{p}:2: {message}"
 
 
 def test_mooncake_with_smaller_pages(tmp_path):
@@ -106,7 +161,7 @@ def test_azure_errors_cite_line(tmp_path):
 def test_multiturn_histories_grow_and_share_prefix():
     spec = MultiturnSpec(num_clients=4, num_rounds=3, request_length=300, output_length=50, request_rate=2.0)
     w = multiturn(spec, 64, seed=5)
-    assert w.closed_loop and w.max_parallel == spec.max_parallel
+    assert w.closed_loop and w.sender.max_parallel == spec.max_parallel
     by = {(r.session, r.turn): r for r in w.requests}
     r0, r1, r2 = by[("c0", 0)], by[("c0", 1)], by[("c0", 2)]
     assert r1.input_tokens == 300 + 50 + 300 and r2.input_tokens == 2 * 350 + 300
@@ -160,7 +215,7 @@ def test_long_context_round_robin_and_poisson():
 
 
 def test_build_workload_every_kind():
-    for kind in ("trace", "multiturn", "shared_prefix", "long_context", "poisson_synthetic"):
+    for kind in WORKLOAD_KINDS.names():
         sc = Scenario.model_validate({"workload": {"kind": kind, "trace": {"limit": 50}}})
         w = build_workload(sc, 64)
         assert w.requests and all(r.input_tokens > 0 for r in w.requests)

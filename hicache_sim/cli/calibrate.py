@@ -6,9 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..calibration.file import is_calibration_file
-from ..calibration.fit import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
-from ..output.write import atomic_write, check_file_target
 from . import app
 from .common import UserError, user_errors
 
@@ -32,6 +29,10 @@ def calibrate_cmd(
 ) -> None:
     """Fit latency, per-piece cost and bandwidth per direction x io backend x layout, report the median and
     p90 absolute percentage error on held-out configurations, and write the calibration file."""
+    from ..calibration.file import is_calibration_file
+    from ..calibration.fit import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
+    from ..output.write import atomic_write, check_file_target
+
     with user_errors(str(measurements)):
         if not 0 <= holdout < 1:
             raise UserError(f"--holdout {holdout}: expected a share in [0, 1)")
@@ -71,8 +72,15 @@ def calibrate_cmd(
             f"{'/'.join(f.key):32s} {p.bandwidth_Bps / 1e9:9.2f} GB/s  latency {p.latency_s * 1e6:8.2f} us  "
             f"per piece {per_piece_cost(p) * 1e9:8.1f} ns  {held}"
         )
-    if result.overall:
-        o = result.overall
+    o = result.overall
+    if "n_holdout" in o:
         typer.echo(f"all held-out ({o['n_holdout']}): median {o['median_ape_pct']:.1f} %, p90 {o['p90_ape_pct']:.1f} %")
+    if "repeat_spread_median_pct" in o:
+        typer.echo(
+            f"timing noise: repeat spread {o['repeat_spread_median_pct']:.1f} % (median), "
+            f"p90 {o['repeat_spread_p90_pct']:.1f} %; {o['outlier_repeats']} of {o['repeats_total']} repeats outliers"
+        )
+    if "warning" in o:
+        typer.echo(f"warning: {o['warning']}", err=True)
     for path in written:
         typer.echo(f"wrote {path}")

@@ -106,8 +106,7 @@ def stats(
     from ..output.write import check_target, staged_folder
     from ..traffic.figure import stats_figure
     from ..traffic.stats import stats_text, trace_stats
-    from ..workloads.build import trace_path
-    from ..workloads.traces import load_bailian, load_mooncake
+    from ..workloads.traces import load_bailian, load_mooncake, trace_path
 
     with user_errors(trace):
         if fmt not in TRACE_BLOCK_SIZES:

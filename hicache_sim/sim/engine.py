@@ -6,7 +6,9 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    since the last step; take in new requests (each starts its storage prefetch on arrival); in
    buffer_only mode stage pending writes.
 2. Form a batch. Prefill has priority (SGLang's default, no mixed chunk): the chunked request
-   continues first, then the waiting queue in FCFS order; a request whose prefetch may not stop yet
+   continues first, then the waiting queue in the order of ``scheduler.schedule_policy`` (SGLang's
+   ``--schedule-policy``: fcfs keeps arrival order, lpm sorts by matched prefix; see
+   :mod:`hicache_sim.core.schedule`); a request whose prefetch may not stop yet
    is skipped (``check_prefetch_progress``); admission follows the PrefillAdder budgets
    (:mod:`.admission`) and ``max_running_requests``. Once a request was refused for memory, no new
    prefill is tried until a request finishes, is retracted or an acknowledgement unpins pages
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from ..core import HiCache, Transfer, TransferKind, check
+from ..core import SCHEDULE_POLICIES, HiCache, Transfer, TransferKind, check
 from .admission import INF_TOKENS, NO_TOKEN, OTHER, Chunk, PrefillAdder
 from .compute import StepTimeModel
 from .decode import DecodeBatch
@@ -60,11 +62,12 @@ class SchedulerPolicy:
     reserve_last_token: bool = True
     insert_output: bool = True
     clip_max_new_tokens: int = 4096  # CLIP_MAX_NEW_TOKENS_ESTIMATION
-    init_new_token_ratio: float = 0.7
-    min_new_token_ratio: float = 0.1
+    init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness (1.0)
+    min_new_token_ratio_factor: float = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: floor = 0.7 x 0.14
     new_token_ratio_decay_steps: int = 600
     retract_decode_steps: int = 20
     retract_to: str = "back"  # SGLang appends retracted requests to the waiting queue
+    schedule_policy: str = "fcfs"
 
     @classmethod
     def from_scenario(cls, sc) -> SchedulerPolicy:
@@ -75,7 +78,12 @@ class SchedulerPolicy:
             max_prefill_tokens=s.max_prefill_tokens,
             reserve_last_token=s.reserve_last_token,
             insert_output=s.insert_output,
+            schedule_policy=s.schedule_policy,
         )
+
+    @property
+    def min_new_token_ratio(self) -> float:
+        return min(1.0, self.init_new_token_ratio * self.min_new_token_ratio_factor)
 
     @property
     def new_token_ratio_decay(self) -> float:
@@ -128,6 +136,7 @@ class Scheduler:
         self.pp = getattr(compute, "pp", 1)
         self.batch_full = False
         self.new_token_ratio = policy.init_new_token_ratio
+        self.order_waiting = SCHEDULE_POLICIES.get(policy.schedule_policy)
         self._idle: simpy.Event | None = None
         self._wake_times: set[float] = set()
         self.counters = {
@@ -191,6 +200,9 @@ class Scheduler:
             self._housekeeping()
             step = self._plan()
             if step is None:
+                if not self.decoding and self.chunked is None and not self.in_flight:
+                    # SGLang's idle self-check re-initialises the estimate: the next burst starts cautious.
+                    self.new_token_ratio = self.policy.init_new_token_ratio
                 self._idle = self.env.event()
                 yield self._idle
                 self._idle = None
@@ -212,7 +224,7 @@ class Scheduler:
                 elif kind == "prefill_done":
                     step, at = payload
                     self.in_flight.remove(step)
-                    self._after_prefill(step, at)
+                    self._after_prefill(step, at, first_stage_done=True)
                 else:
                     self._take_in(payload)
         if cache.buffer_only:
@@ -263,6 +275,7 @@ class Scheduler:
             rem_input=pol.max_prefill_tokens,
             rem_chunk=pol.chunked_prefill_tokens or INF_TOKENS,
             clip_tokens=pol.clip_max_new_tokens,
+            chunking=pol.chunked_prefill_tokens is not None,
         )
         more = True
         if self.chunked is not None:
@@ -293,6 +306,8 @@ class Scheduler:
         now = self.env.now
         running = len(self.decoding) + (1 if self.chunked is not None else 0)
         running += sum(len(s.chunks) for s in self.in_flight)
+        if self.policy.schedule_policy != "fcfs":
+            self._sort_waiting()
         new = 0
         for r, ep in self.waiting:
             if r.state != "waiting" or r.epoch != ep:
@@ -317,6 +332,12 @@ class Scheduler:
         q = self.waiting
         while q and (q[0][0].state != "waiting" or q[0][0].epoch != q[0][1]):
             q.popleft()
+
+    def _sort_waiting(self) -> None:
+        """Reorder the live waiting entries by the schedule policy (SGLang sorts its queue in place,
+        so the order carries over to later rounds)."""
+        live = [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
+        self.waiting = deque((r, r.epoch) for r in self.order_waiting(live, self.cache))
 
     def _admitted(self, r: SimRequest) -> None:
         r.state = "prefill"
@@ -354,9 +375,9 @@ class Scheduler:
         cache = self.cache
         batch = self.decoding
         needy = batch.due_pages()
+        retractions = self.counters["retractions"]
         if needy and cache.device.available() + cache.evictable_pages < len(needy):
-            headroom = -(-len(batch) * self.policy.retract_decode_steps // self.page)
-            self._retract_until(len(needy) + headroom)
+            self._retract_decode(needy)
         for i, r in enumerate(needy):
             if r.state != "decode":
                 continue
@@ -386,15 +407,25 @@ class Scheduler:
         if not batch:
             self.transport.dispatch(transfers)
             return None
+        if self.counters["retractions"] == retractions:
+            # SGLang's update_running_batch: the estimate decays on every decode batch without retraction
+            # (a retraction set it from the batch's progress instead).
+            pol = self.policy
+            self.new_token_ratio = max(pol.min_new_token_ratio, self.new_token_ratio - pol.new_token_ratio_decay)
         step = Step("decode", batch_size=len(batch), kv_tokens=batch.kv_tokens_next())
         step.blocking = [t for t in transfers if t.blocking]
         self.transport.dispatch([t for t in transfers if not t.blocking])
         return step
 
-    def _retract_until(self, target_pages: int) -> None:
+    def _retract_decode(self, needy: list[SimRequest]) -> None:
+        """SGLang's retract_decode: retract one request, then more until the pages the remaining ones
+        need for the next step fit the free and evictable pool; always keep one."""
         cache = self.cache
-        while len(self.decoding) > 1 and cache.device.available() + cache.evictable_pages < target_pages:
-            self._retract(self.decoding.victim())
+        batch = self.decoding
+        first = True
+        while len(batch) > 1 and (first or cache.device.available() + cache.evictable_pages < _still_in(needy, batch)):
+            first = False
+            self._retract(batch.victim())
 
     def _retract(self, r: SimRequest) -> None:
         """Give back everything ``r`` holds and requeue it; it restarts from its prefix (its output so
@@ -451,6 +482,8 @@ class Scheduler:
         """The first stage is done with this micro-batch; the other stages finish it ``rest_s`` later."""
         self.in_flight.append(step)
         self.prefilling = []
+        for c in step.chunks:
+            self._chunk_progress(c)
         done_at = self.env.now + rest_s
         self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(("prefill_done", (step, done_at))))
 
@@ -473,23 +506,35 @@ class Scheduler:
         if f > env.now:
             yield env.timeout(f - env.now)
 
-    def _after_prefill(self, step: Step, now: float) -> None:
-        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission."""
+    def _chunk_progress(self, c: Chunk) -> None:
+        """The first (or only) stage is done with chunk ``c``: its request's progress, and the request
+        being chunked. Under PP this happens when the micro-batch leaves the first stage, so the next
+        chunk enters the pipeline right behind it (SGLang schedules it in the next micro-batch); a
+        chunk must never be scheduled again while it is still in the pipeline."""
+        r = c.req
+        r.done_tokens = c.end
+        self.counters["prefill_tokens"] += c.end - c.start
+        if not c.final:
+            self.chunked = r
+            upto = min(c.end // self.page, self._checkpoint_cap(r))
+            if upto > r.st.cached:
+                self.cache.checkpoint_request(r.st, upto)
+        elif self.chunked is r:
+            self.chunked = None
+
+    def _after_prefill(self, step: Step, now: float, *, first_stage_done: bool = False) -> None:
+        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission.
+        ``first_stage_done``: the chunks' progress was already taken when they left the first stage."""
         self.counters["prefill_steps"] += 1
-        self.prefilling = []
+        if not first_stage_done:
+            self.prefilling = []
         cache = self.cache
         for c in step.chunks:
             r = c.req
-            r.done_tokens = c.end
-            self.counters["prefill_tokens"] += c.end - c.start
+            if not first_stage_done:
+                self._chunk_progress(c)
             if not c.final:
-                self.chunked = r
-                upto = min(c.end // self.page, self._checkpoint_cap(r))
-                if upto > r.st.cached:
-                    cache.checkpoint_request(r.st, upto)
                 continue
-            if self.chunked is r:
-                self.chunked = None
             r.generated += 1
             if r.rec.first_token_s is None:
                 r.rec.first_token_s = now
@@ -513,8 +558,6 @@ class Scheduler:
     def _after_decode(self, step: Step) -> None:
         self.counters["decode_steps"] += 1
         self.counters["decode_tokens"] += step.batch_size
-        pol = self.policy
-        self.new_token_ratio = max(pol.min_new_token_ratio, self.new_token_ratio - pol.new_token_ratio_decay)
         for r in self.decoding.advance():
             self._finish(r)
 
@@ -546,3 +589,8 @@ class Scheduler:
     def check(self) -> None:
         """Every core invariant, with the running requests' own pages accounted for."""
         check(self.cache, held_device_pages=self.held_device_pages())
+
+
+def _still_in(needy: list[SimRequest], batch: DecodeBatch) -> int:
+    """Members of ``needy`` still in the batch (a retracted one needs no page)."""
+    return sum(1 for r in needy if r in batch)
