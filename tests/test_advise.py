@@ -276,3 +276,20 @@ def test_no_target_takes_the_smallest_host_near_the_best(scenario, folder):
     assert d["target"]["given"] is False and d["target"]["value"] == pytest.approx(aim)
     assert d["recommendation"]["host_size_gb"] == t[t[HIT] >= aim][SIZE].min() == 1600
     assert "no target given" in r.output
+
+
+def test_storage_scenario_says_what_storage_adds(tmp_path):
+    data = {**SMALL, "cache": {**SMALL["cache"], "storage_backend": "3fs"}}
+    path = tmp_path / "st.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = tmp_path / "o"
+    r = invoke("advise", path, "--host-sizes-gb", "100,400", "--out", out, "--workers", 2, "--target-hit-rate", 0.2)
+    assert r.exit_code == 0, r.output
+    d = json.loads((out / "advice.json").read_text(encoding="utf-8"))
+    t = instant_table(out)
+    assert len(t) == 2 * 3 * 3 * 2  # storage on and off
+    rec = d["recommendation"]
+    assert rec["storage_backend"] == "3fs" and "--hicache-storage-backend hf3fs" in rec["sglang_command"]
+    off = t[(t[SIZE] == rec["host_size_gb"]) & (t["cache.storage_backend"] == "none")][HIT].max()
+    assert d["without_storage"]["hit_rate_instant"]["total"] == pytest.approx(off)
+    assert f"without storage at {rec['host_size_gb']} GB: best total hit rate {off:.3f}" in r.output

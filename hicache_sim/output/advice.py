@@ -39,6 +39,15 @@ def _hits(row: pd.Series) -> dict[str, float]:
     return {t: float(row[f"hit_rate.{t}"]) for t in TIERS}
 
 
+def without_storage(a: Advice) -> pd.Series | None:
+    """The best storage-off configuration at the chosen size (None when storage was not swept): what
+    the storage tier adds there."""
+    if STORAGE not in a.instant:
+        return None
+    t = a.instant[(a.instant[SIZE] == a.chosen[SIZE]) & (a.instant[STORAGE] == "none")]
+    return None if t.empty else curve(t).iloc[0]
+
+
 def advice_dict(a: Advice, command: str) -> dict[str, Any]:
     """Everything the text says, as data (``target.met`` is what a script should test)."""
     inst = a.chosen_instant
@@ -58,6 +67,7 @@ def advice_dict(a: Advice, command: str) -> dict[str, Any]:
             "sglang_supported": a.chosen[RULE] == UPSTREAM_RULE,
         },
         "upstream_rule": None if a.upstream is None else {**_config(a.upstream), "hit_rate_instant": _hits(a.upstream)},
+        "without_storage": None if (w := without_storage(a)) is None else {**_config(w), "hit_rate_instant": _hits(w)},
         "confidence": confidence(a),
         "grid": {k: list(v) for k, v in a.setup.axes.items()},
         "device_gb_per_rank": a.setup.device_gb,
@@ -125,6 +135,11 @@ def advice_lines(a: Advice) -> list[str]:
             lines.append("  warning: under timed mode's load the hit rate falls below the target at this size")
     else:
         lines.append("  TTFT: not simulated (--instant-only)")
+    w = without_storage(a)
+    if w is not None and c[STORAGE] != "none":
+        lines.append(
+            f"  without storage at {int(c[SIZE])} GB: best total hit rate {w[HIT]:.3f} ({w[POLICY]}, {w[RULE]})"
+        )
     lines.append(f"  SGLang: {a.launch[0]}")
     lines.extend(f"  note: {n}" for n in a.launch[1])
     if c[RULE] != UPSTREAM_RULE:
