@@ -119,6 +119,8 @@ class World:
             self.links,
             lambda: (self.scheduler.n_waiting, self.scheduler.running),
         )
+        ts = self.timeseries
+        self.scheduler.horizon = lambda: min(env.peek(), ts.next_s)
         self.arrivals = arrivals_for(env, workload, self._deliver)
         env.process(self.scheduler.run())
 
@@ -186,7 +188,8 @@ class World:
             events += 1
             if observer is not None:
                 observer(self)
-        self.events = events
+        self.engine_events = events
+        self.events = events + self.scheduler.merged_steps  # as if one timeout per decode step
         self.verify()
         return self.result()
 
