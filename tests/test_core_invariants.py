@@ -155,6 +155,17 @@ def test_accounting_protected_bumped(cache):
     _fails_with(cache, "[7 accounting] evictable 4 != 5 unlocked device pages")
 
 
+@pytest.mark.parametrize("field", ["res_device", "res_host", "res_mirror"])
+def test_accounting_residency_count_drifted(cache, field):
+    """A running residency count out of step with the tree (a mutator that forgot to update it)."""
+    want = cache.residency_walk()
+    counted = [want["device_pages"], want["host_pages"], want["mirror_pages"]]
+    setattr(cache, field, getattr(cache, field) + 1)
+    counted[["res_device", "res_host", "res_mirror"].index(field)] += 1
+    walk = (want["device_pages"], want["host_pages"], want["mirror_pages"])
+    _fails_with(cache, f"[7 accounting] residency counts (device, host, mirror) {tuple(counted)} != {walk} from the tree")
+
+
 def test_device_candidate_missing(cache):
     leaf = node_at(cache, [1, 2, 3])
     del cache._dev_cands[leaf]
@@ -222,5 +233,6 @@ def test_tracked_duplicate_no_longer_in_the_tree():
     c.device.free(ghost.value)
     c._dev_cands.pop(ghost, None)
     c.evictable_pages -= 3
+    c.res_device -= 3
     c.host_duplicates[ghost] = None
     _fails_with(c, f"[23 host duplicates] node {ghost.id} is tracked as a duplicate but is no longer in the tree")

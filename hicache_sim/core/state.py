@@ -49,6 +49,11 @@ class CacheState:
         # evictable + protected == device pages held by tree nodes.
         self.evictable_pages = 0
         self.protected_pages = 0
+        # Residency counts (pages with a device copy, with a host copy, with both), kept by the node
+        # mutators below so a time-series sample is O(1); check() compares them with the tree walk.
+        self.res_device = 0
+        self.res_host = 0
+        self.res_mirror = 0
         # Candidate sets (dicts keep a deterministic order) and lazily invalidated heaps: an entry
         # is (key, node id, push number, node) and is valid only while the node is still a candidate and its key
         # is unchanged; a changed key pushes a fresh entry. Pops are O(log n) amortised; the heap
@@ -189,10 +194,15 @@ class CacheState:
     def _add_child(self, parent: Node, child: Node) -> None:
         child.parent = parent
         parent.children[child.key[0]] = child
+        n = len(child.key)
         if child.value is not None:
             parent.n_dev_children += 1
+            self.res_device += n
+            if child.host_value is not None:
+                self.res_mirror += n
         if child.host_value is not None:
             parent.n_host_children += 1
+            self.res_host += n
         self._refresh(child)
         self._refresh(parent)
 
@@ -201,6 +211,9 @@ class CacheState:
         node.value = pages
         self.evictable_pages += len(pages)
         node.parent.n_dev_children += 1
+        self.res_device += len(node.key)
+        if node.host_value is not None:
+            self.res_mirror += len(node.key)
         self._refresh(node)
         self._refresh(node.parent)
 
@@ -210,6 +223,9 @@ class CacheState:
         node.value = None
         self.evictable_pages -= len(pages)
         node.parent.n_dev_children -= 1
+        self.res_device -= len(node.key)
+        if node.host_value is not None:
+            self.res_mirror -= len(node.key)
         self._refresh(node)
         self._refresh(node.parent)
         return pages
@@ -217,6 +233,9 @@ class CacheState:
     def _set_host_value(self, node: Node, pages: list[int]) -> None:
         node.host_value = pages
         node.parent.n_host_children += 1
+        self.res_host += len(node.key)
+        if node.value is not None:
+            self.res_mirror += len(node.key)
         self._refresh(node)
         self._refresh(node.parent)
 
@@ -225,6 +244,9 @@ class CacheState:
         self.host.free(node.host_value)
         node.host_value = None
         node.parent.n_host_children -= 1
+        self.res_host -= len(node.key)
+        if node.value is not None:
+            self.res_mirror -= len(node.key)
         self._refresh(node)
         self._refresh(node.parent)
 
@@ -234,12 +256,17 @@ class CacheState:
             raise CacheStateError(f"delete of node {node.id} which still has {len(node.children)} children")
         parent = node.parent
         del parent.children[node.key[0]]
+        n = len(node.key)
+        if node.value is not None and node.host_value is not None:
+            self.res_mirror -= n
         if node.value is not None:
+            self.res_device -= n
             self.device.free(node.value)
             self.evictable_pages -= len(node.value)
             parent.n_dev_children -= 1
             node.value = None
         if node.host_value is not None:
+            self.res_host -= n
             self.host.free(node.host_value)
             parent.n_host_children -= 1
             node.host_value = None
@@ -361,7 +388,12 @@ class CacheState:
         return out
 
     def residency(self) -> dict[str, int]:
-        """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H)."""
+        """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H), from
+        the running counts (O(1); :meth:`residency_walk` is the same from the tree)."""
+        return _residency(self.res_device, self.res_host, self.res_mirror)
+
+    def residency_walk(self) -> dict[str, int]:
+        """:meth:`residency` counted node by node (check() compares the two)."""
         d = h = dh = 0
         for node in self.iter_nodes():
             n = len(node.key)
@@ -371,10 +403,14 @@ class CacheState:
                     dh += n
             if node.host_value is not None:
                 h += n
-        return {
-            "device_pages": d,
-            "host_pages": h,
-            "mirror_pages": dh,
-            "device_only_pages": d - dh,
-            "host_only_pages": h - dh,
-        }
+        return _residency(d, h, dh)
+
+
+def _residency(d: int, h: int, dh: int) -> dict[str, int]:
+    return {
+        "device_pages": d,
+        "host_pages": h,
+        "mirror_pages": dh,
+        "device_only_pages": d - dh,
+        "host_only_pages": h - dh,
+    }
