@@ -243,7 +243,7 @@ class World:
         in_tree = c.evictable_pages + c.protected_pages
         if c.device.used() != in_tree:
             problems.append(f"device pool has {c.device.used()} pages in use but the tree owns {in_tree}")
-        host_tree = c.residency()["host_pages"]
+        host_tree = c.residency_walk()["host_pages"]
         if c.host.used() != host_tree:
             problems.append(f"host pool has {c.host.used()} pages in use but the tree owns {host_tree}")
         tp = self.transport
