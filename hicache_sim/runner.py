@@ -147,13 +147,36 @@ def run_instant_scenario(
 def run_timed_scenario(
     r: Resolved, wl: Workload, *, check_invariants: bool, progress: Callable[[int], None] | None, record_transfers: bool
 ) -> RunOutput:
+    """Timed run whose per-request rows go to a parquet spool in row groups while it runs (none are
+    held); the summary and figures read the table back afterwards (exact percentiles need the
+    columns). Same rows, same DataFrame, same files as building the table in memory."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    from .output.rows import ParquetRows, timed_request_schema
     from .sim.world import run_timed
 
     sc = r.scenario
-    res = run_timed(r, wl, check_invariants=check_invariants, progress=progress)
-    df = pd.DataFrame(res.requests)
-    if "prompt_tokens" not in df:
-        df["prompt_tokens"] = df["input_tokens"]
+    with tempfile.TemporaryDirectory(prefix="hicache-sim-rows-") as spool:
+        sink = ParquetRows(Path(spool) / "requests.parquet", timed_request_schema())
+
+        def on_row(row: dict) -> None:
+            row["prompt_tokens"] = row["input_tokens"]
+            sink.add(row)
+
+        try:
+            res = run_timed(
+                r,
+                wl,
+                check_invariants=check_invariants,
+                progress=progress,
+                on_row=on_row,
+                keep_transfers=record_transfers,
+            )
+        finally:
+            sink.close()
+        df = pq.read_table(Path(spool) / "requests.parquet").to_pandas()
     summary = build_summary(
         df,
         warmup_fraction=sc.metrics.warmup_fraction,

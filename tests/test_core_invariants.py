@@ -163,7 +163,8 @@ def test_accounting_residency_count_drifted(cache, field):
     setattr(cache, field, getattr(cache, field) + 1)
     counted[["res_device", "res_host", "res_mirror"].index(field)] += 1
     walk = (want["device_pages"], want["host_pages"], want["mirror_pages"])
-    _fails_with(cache, f"[7 accounting] residency counts (device, host, mirror) {tuple(counted)} != {walk} from the tree")
+    msg = f"[7 accounting] residency counts (device, host, mirror) {tuple(counted)} != {walk} from the tree"
+    _fails_with(cache, msg)
 
 
 def test_device_candidate_missing(cache):

@@ -19,26 +19,32 @@ import simpy
 from ..workloads import Request
 from ..workloads.synthetic import Workload
 
-Deliver = Callable[[Request], None]
+Deliver = Callable[[int, Request], None]  # (position in the workload, request)
 
 
 class OpenLoop:
-    """Deliver each request at its ``arrival_s`` (stable order on ties)."""
+    """Deliver each request at its ``arrival_s`` (stable order on ties). Only the arrival order is
+    kept (positions); each request is read from the workload when it is due, so a workload that
+    builds its requests on demand is never held whole."""
 
     def __init__(self, env: simpy.Environment, workload: Workload, deliver: Deliver) -> None:
         self.env = env
-        self.requests = sorted(workload.requests, key=lambda r: r.arrival_s)
+        self.requests = workload.requests
+        times = [r.arrival_s for r in self.requests]
+        self.order = sorted(range(len(times)), key=times.__getitem__)
         self.deliver = deliver
         self.delivered = 0
         env.process(self._run())
 
     def _run(self) -> Generator:
         env = self.env
-        for req in self.requests:
+        reqs = self.requests
+        for i in self.order:
+            req = reqs[i]
             if req.arrival_s > env.now:
                 yield env.timeout(req.arrival_s - env.now)
             self.delivered += 1
-            self.deliver(req)
+            self.deliver(i, req)
 
     def on_done(self, req: Request) -> None:
         """Open loop: a finished request releases nothing."""
@@ -55,9 +61,10 @@ class ClosedLoop:
         reqs = workload.requests
         self.gaps = [reqs[0].arrival_s if reqs else 0.0]
         self.gaps += [max(0.0, b.arrival_s - a.arrival_s) for a, b in pairwise(reqs)]
-        self.turns: dict[str, deque[Request]] = {}
-        for r in sorted(reqs, key=lambda r: r.turn):  # stable: list order within a turn
-            self.turns.setdefault(r.session or r.rid, deque()).append(r)
+        self.turns: dict[str, deque[tuple[int, Request]]] = {}
+        for i in sorted(range(len(reqs)), key=lambda i: reqs[i].turn):  # stable: list order within a turn
+            r = reqs[i]
+            self.turns.setdefault(r.session or r.rid, deque()).append((i, r))
         self.ready: deque[str] = deque()
         self.round_left: dict[int, int] = {}
         self.held: dict[int, list[str]] = {}
@@ -65,10 +72,10 @@ class ClosedLoop:
             self.round_left[r.turn] = self.round_left.get(r.turn, 0) + 1
         first = min(self.round_left) if self.round_left else 0
         for session, q in self.turns.items():
-            if q and (not self.barrier or q[0].turn == first):
+            if q and (not self.barrier or q[0][1].turn == first):
                 self.ready.append(session)
             elif q:
-                self.held.setdefault(q[0].turn, []).append(session)
+                self.held.setdefault(q[0][1].turn, []).append(session)
         self.in_flight = 0
         self.delivered = 0
         self._signal: simpy.Event | None = None
@@ -86,10 +93,10 @@ class ClosedLoop:
                 self._signal = env.event()
                 yield self._signal
             session = self.ready.popleft()
-            req = self.turns[session].popleft()
+            i, req = self.turns[session].popleft()
             self.in_flight += 1
             self.delivered += 1
-            self.deliver(req)
+            self.deliver(i, req)
             k += 1
             next_s = env.now + (self.gaps[k] if k < len(self.gaps) else 0.0)
 
@@ -101,7 +108,7 @@ class ClosedLoop:
         if self.barrier:
             self.round_left[req.turn] -= 1
             if q:
-                self.held.setdefault(q[0].turn, []).append(session)
+                self.held.setdefault(q[0][1].turn, []).append(session)
             self._release_rounds()
         elif q:
             self.ready.append(session)

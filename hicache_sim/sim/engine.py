@@ -473,9 +473,9 @@ class Scheduler:
         cache = self.cache
         t_prev, t = t0, t0 + unhidden
         quiet = 0
-        if self.chunked is None and (not self.n_waiting or self.batch_full):
-            if not (cache.buffer_only and cache.buffer_queue):
-                quiet = self.decoding.quiet_steps()
+        no_prefill = self.chunked is None and (not self.n_waiting or self.batch_full)
+        if no_prefill and not (cache.buffer_only and cache.buffer_queue):
+            quiet = self.decoding.quiet_steps()
         n = 0
         if quiet:
             horizon = self.horizon()
