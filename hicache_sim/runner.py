@@ -109,29 +109,48 @@ def run_instant_scenario(
         on_request=sample,
     )
     rejected = set(out.rejected)
-    rows = []
+    # Column by column (one list per column, not a dict per request): a long trace's rows stay small.
+    names = (
+        "rid",
+        "arrival_s",
+        "input_tokens",
+        "output_tokens",
+        "prompt_tokens",
+        "prompt_pages",
+        "device_hit_pages",
+        "host_hit_pages",
+        "storage_hit_pages",
+        "device_hit_tokens",
+        "host_hit_tokens",
+        "storage_hit_tokens",
+        "status",
+        "reason",
+    )
+    cols: dict[str, list] = {name: [] for name in names}
+    add = [cols[name].append for name in names]
     for i, req in enumerate(reqs):
         d, h, s = out.device_hit[i], out.host_hit[i], out.storage_hit[i]
         td, th, ts = _token_hits(req, page, d, h, s)
-        rows.append(
-            {
-                "rid": req.rid,
-                "arrival_s": req.arrival_s,
-                "input_tokens": req.input_tokens,
-                "output_tokens": req.output_tokens,
-                "prompt_tokens": req.input_tokens,
-                "prompt_pages": out.prompt_pages[i],
-                "device_hit_pages": d,
-                "host_hit_pages": h,
-                "storage_hit_pages": s,
-                "device_hit_tokens": td,
-                "host_hit_tokens": th,
-                "storage_hit_tokens": ts,
-                "status": "rejected" if req.rid in rejected else "finished",
-                "reason": "device pool too small for the prompt" if req.rid in rejected else "",
-            }
+        no = req.rid in rejected
+        values = (
+            req.rid,
+            req.arrival_s,
+            req.input_tokens,
+            req.output_tokens,
+            req.input_tokens,
+            out.prompt_pages[i],
+            d,
+            h,
+            s,
+            td,
+            th,
+            ts,
+            "rejected" if no else "finished",
+            "device pool too small for the prompt" if no else "",
         )
-    df = pd.DataFrame(rows)
+        for append, v in zip(add, values, strict=True):
+            append(v)
+    df = pd.DataFrame(cols)
     summary = build_summary(
         df,
         warmup_fraction=sc.metrics.warmup_fraction,
