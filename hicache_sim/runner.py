@@ -73,6 +73,14 @@ def _token_hits(req, page_size: int, d: int, h: int, s: int) -> tuple[int, int, 
     return td, th, ts
 
 
+def _with_rounds(df: pd.DataFrame, wl: Workload) -> pd.DataFrame:
+    """Multi-turn runs: each row's round (its client's turn), the key of summary.json's ``rounds``."""
+    if wl.closed_loop and len(df):
+        by_rid = {q.rid: q.turn for q in wl.requests}
+        df["round"] = [by_rid[rid] for rid in df["rid"]]
+    return df
+
+
 def run_instant_scenario(
     r: Resolved, wl: Workload, *, check_invariants: bool, progress: Callable[[int], None] | None, record_transfers: bool
 ) -> RunOutput:
@@ -150,7 +158,7 @@ def run_instant_scenario(
         )
         for append, v in zip(add, values, strict=True):
             append(v)
-    df = pd.DataFrame(cols)
+    df = _with_rounds(pd.DataFrame(cols), wl)
     summary = build_summary(
         df,
         warmup_fraction=sc.metrics.warmup_fraction,
@@ -196,6 +204,9 @@ def run_timed_scenario(
         finally:
             sink.close()
         df = pq.read_table(Path(spool) / "requests.parquet").to_pandas()
+    df = _with_rounds(df, wl)
+    if "round" in df:  # the column order of rows built in memory: prompt_tokens last
+        df = df[[c for c in df.columns if c != "prompt_tokens"] + ["prompt_tokens"]]
     summary = build_summary(
         df,
         warmup_fraction=sc.metrics.warmup_fraction,

@@ -118,6 +118,16 @@ SCENARIO_CASES = [
         ["workload.multiturn", "would generate"],
         id="workload-too-large",
     ),
+    pytest.param(
+        {**TINY, "workload": {"kind": "multiturn", "multiturn": {"ready_queue_policy": "lifo"}}},
+        ["workload.multiturn.ready_queue_policy", "'random' or 'fifo'"],
+        id="unknown-ready-queue-policy",
+    ),
+    pytest.param(
+        {**TINY, "workload": {"kind": "multiturn", "multiturn": {"min_rounds": 5, "max_rounds": 3}}},
+        ["workload.multiturn", "min_rounds (5) must be <= max_rounds (3)"],
+        id="round-range-reversed",
+    ),
 ]
 
 

@@ -152,6 +152,24 @@ def test_ape_stats_and_aggregation():
     )
     agg = aggregate_repeats(raw)
     assert agg["duration_s"].tolist() == [2.0, 4.0] and agg["repeats"].tolist() == [3, 1]
+    # [1, 9, 2]: median 2, MAD 1 -> robust CV 1.4826 x 1 / 2; 9 lies 7 MADs out (> 3 x 1.4826): outlier.
+    assert agg["spread_pct"].tolist() == pytest.approx([74.13, 0.0])
+    assert agg["outliers"].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("noise,warned", [(0.02, False), (0.3, True)])
+def test_timing_noise_is_reported_apart_from_the_error_and_warned_above_ten_percent(noise, warned):
+    """Lognormal noise of sigma s gives a robust CV of about s: 2 % stays quiet, 30 % warns."""
+    result = calibrate(synthetic(KERNEL, noise=noise, repeats=7), source="synthetic")
+    o = result.overall
+    assert o["repeat_spread_median_pct"] == pytest.approx(noise * 100, rel=0.35)
+    assert o["repeats_total"] == 3 * 13 * 7
+    assert ("warning" in o) is warned
+    assert result.fits[0].errors()["repeat_spread_pct"] == pytest.approx(noise * 100, rel=0.35)
+
+
+def test_no_repeats_no_noise_report():
+    assert "repeat_spread_median_pct" not in calibrate(synthetic(KERNEL, repeats=1)).overall
 
 
 @pytest.mark.parametrize(

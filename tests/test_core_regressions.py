@@ -192,9 +192,16 @@ def test_30106_attach_point_that_lost_its_host_copy_meanwhile():
 def test_a_child_backed_up_takes_its_parent_out_of_the_host_candidates():
     """Found by fresh random examples, missed by the fixed ones: under reclaim_mirrors a D+H node with
     no backed-up child is a host leaf; once its child gets a host copy it is not, and the candidate set
-    must say so at once (else evict_host could free a parent under a backed-up child)."""
+    must say so at once (else evict_host could free a parent under a backed-up child). The staged
+    write_back keeps a written-back node D+H without registering it as a full duplicate, so the
+    backups can be driven by hand."""
     c = new_cache(
-        page_size=1, device_pages=16, host_pages=16, write_policy="write_back", host_eviction="reclaim_mirrors"
+        page_size=1,
+        device_pages=16,
+        host_pages=16,
+        write_policy="write_back",
+        write_back_eviction="staged",
+        host_eviction="reclaim_mirrors",
     )
     put(c, [1, 2])
     put(c, [1, 2, 3])

@@ -142,6 +142,11 @@ def test_reduced_sweep_covers_the_grid():
     assert (df["duration_s"] > 0).all()
     assert (df["bytes"] == df["pages"] * df["page_bytes"]).all()
     assert set(df.loc[df["direction"] == "h2d", "granularity"]) == {"per_layer"}
+    # Each repeat is its own pass over the grid (repeats of one point are not back to back), and a
+    # point copies the same slots in every pass.
+    assert df["repeat"].is_monotonic_increasing
+    keys = ["page_size", "layout", "io_backend", "direction", "pages"]
+    assert (df.groupby(keys).size() == 2).all()
 
 
 def test_sweep_skips_counts_a_capped_pool_cannot_hold():

@@ -56,9 +56,10 @@ def req(rid: str, t: float, keys: Iterable[int], *, out: int = 1, input_tokens: 
 
 
 def spaced(workload: Workload, gap_s: float) -> Workload:
-    """The same requests, in the same order, ``gap_s`` apart (no load: each ends before the next)."""
+    """The same requests, in the same order, ``gap_s`` apart (no load: each ends before the next), sent
+    open loop: a closed loop's order under no load is the workload's order already (instant mode's)."""
     reqs = [dataclasses.replace(r, arrival_s=i * gap_s) for i, r in enumerate(workload.requests)]
-    return dataclasses.replace(workload, requests=reqs)
+    return dataclasses.replace(workload, requests=reqs, sender=None)
 
 
 def workload_of(sc: Scenario) -> Workload:

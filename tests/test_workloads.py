@@ -14,6 +14,7 @@ from hicache_sim.scenario import LongContextSpec, MultiturnSpec, PoissonSpec, Sc
 from hicache_sim.workloads import Request, expand_blocks
 from hicache_sim.workloads.build import build_workload
 from hicache_sim.workloads.errors import WorkloadError
+from hicache_sim.workloads.kinds import WORKLOAD_KINDS
 from hicache_sim.workloads.synthetic import long_context, multiturn, poisson_synthetic, shared_prefix
 from hicache_sim.workloads.traces import load_azure, load_bailian, load_mooncake, vendored_trace
 
@@ -106,7 +107,7 @@ def test_azure_errors_cite_line(tmp_path):
 def test_multiturn_histories_grow_and_share_prefix():
     spec = MultiturnSpec(num_clients=4, num_rounds=3, request_length=300, output_length=50, request_rate=2.0)
     w = multiturn(spec, 64, seed=5)
-    assert w.closed_loop and w.max_parallel == spec.max_parallel
+    assert w.closed_loop and w.sender.max_parallel == spec.max_parallel
     by = {(r.session, r.turn): r for r in w.requests}
     r0, r1, r2 = by[("c0", 0)], by[("c0", 1)], by[("c0", 2)]
     assert r1.input_tokens == 300 + 50 + 300 and r2.input_tokens == 2 * 350 + 300
@@ -160,7 +161,7 @@ def test_long_context_round_robin_and_poisson():
 
 
 def test_build_workload_every_kind():
-    for kind in ("trace", "multiturn", "shared_prefix", "long_context", "poisson_synthetic"):
+    for kind in WORKLOAD_KINDS.names():
         sc = Scenario.model_validate({"workload": {"kind": kind, "trace": {"limit": 50}}})
         w = build_workload(sc, 64)
         assert w.requests and all(r.input_tokens > 0 for r in w.requests)

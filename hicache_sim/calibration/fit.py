@@ -211,6 +211,7 @@ class GroupFit:
     fit_p90_ape: float
     holdout_median_ape: float | None
     holdout_p90_ape: float | None
+    repeat_spread_pct: float | None = None  # median over the group's configurations (None: no repeats)
 
     def errors(self) -> dict:
         """The ``holdout`` entry of the calibration file."""
@@ -225,6 +226,7 @@ class GroupFit:
             "p90_ape_pct": r(self.holdout_p90_ape),
             "fit_median_ape_pct": r(self.fit_median_ape),
             "fit_p90_ape_pct": r(self.fit_p90_ape),
+            "repeat_spread_pct": r(self.repeat_spread_pct),
         }
 
 
@@ -275,17 +277,67 @@ class CalibrationResult:
 CONFIG_KEYS = (*GROUP_KEYS, "bytes", "segments", "launches")
 
 
-def aggregate_repeats(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: the median duration of its repeats, and how many there were.
+#: A repeat further than this many robust standard deviations (1.4826 x MAD) from its
+#: configuration's median is flagged as an outlier (the median already ignores it).
+OUTLIER_SIGMAS = 3.0
+#: Median repeat spread (robust coefficient of variation, %) above which timing noise, not the
+#: model, dominates the held-out error: the fit is reported as untrustworthy.
+NOISE_WARN_PCT = 10.0
 
-    A copy timed on a shared machine now and then loses a scheduler tick; the median of a size's
-    repeats is what the model should explain, and its held-out error is then about the model
-    rather than about the neighbours' load.
+
+def _robust_cv_pct(x: pd.Series) -> float:
+    """1.4826 x MAD / median, in percent: the spread of one configuration's repeats."""
+    med = float(x.median())
+    return 1.4826 * float((x - med).abs().median()) / med * 100.0 if med > 0 else 0.0
+
+
+def _outliers(x: pd.Series) -> int:
+    med = float(x.median())
+    mad = 1.4826 * float((x - med).abs().median())
+    return int(((x - med).abs() > OUTLIER_SIGMAS * mad).sum()) if mad > 0 else 0
+
+
+def aggregate_repeats(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: the median duration of its repeats, how many there were, their
+    spread (robust coefficient of variation, %) and how many lie beyond ``OUTLIER_SIGMAS``.
+
+    A copy timed on a shared machine now and then loses a scheduler tick, and whole stretches of
+    time run slow when neighbours load the machine; the median of a size's repeats (taken in
+    separate passes over the grid, see ``replay.sweep``) is what the model should explain, and its
+    held-out error is then about the model rather than about the neighbours' load. The spread says
+    how much of the error the timings themselves carry.
     """
     extra = [c for c in ("device", "device_name") if c in df.columns]
-    agg = {"duration_s": ("duration_s", "median"), "repeats": ("duration_s", "size")}
+    agg = {
+        "duration_s": ("duration_s", "median"),
+        "repeats": ("duration_s", "size"),
+        "spread_pct": ("duration_s", _robust_cv_pct),
+        "outliers": ("duration_s", _outliers),
+    }
     agg.update({c: (c, "first") for c in extra})
     return df.groupby(list(CONFIG_KEYS), sort=True, as_index=False).agg(**agg)
+
+
+def noise_summary(configs: pd.DataFrame) -> dict:
+    """Timing noise of the measurements, reported apart from the model's error: the median and p90
+    repeat spread over configurations, outlier repeats, and a warning when noise dominates."""
+    if "spread_pct" not in configs.columns or (configs["repeats"] < 2).all():
+        return {}
+    multi = configs[configs["repeats"] >= 2]
+    med = float(multi["spread_pct"].median())
+    out = {
+        "repeat_spread_median_pct": med,
+        "repeat_spread_p90_pct": float(multi["spread_pct"].quantile(0.9)),
+        "outlier_repeats": int(multi["outliers"].sum()),
+        "repeats_total": int(multi["repeats"].sum()),
+    }
+    if med > NOISE_WARN_PCT:
+        out["warning"] = (
+            f"timing noise: a configuration's repeats spread by {med:.1f} % (median; over {NOISE_WARN_PCT:g} %), "
+            "so the held-out error measures the machine's load as much as the model; rerun on a quieter "
+            "machine or with more --repeats before trusting this calibration"
+        )
+    return out
 
 
 def calibrate(
@@ -321,7 +373,8 @@ def calibrate(
         held = mask[g.index]
         fm, fp = ape_stats(pred[~held], g["duration_s"].to_numpy()[~held])
         hm, hp = ape_stats(pred[held], g["duration_s"].to_numpy()[held]) if held.any() else (None, None)
-        fit = GroupFit(tuple(key), params, int((~held).sum()), int(held.sum()), fm, fp, hm, hp)
+        spread = float(g["spread_pct"].median()) if "spread_pct" in g.columns and (g["repeats"] > 1).any() else None
+        fit = GroupFit(tuple(key), params, int((~held).sum()), int(held.sum()), fm, fp, hm, hp, spread)
         fits.append(fit)
         cal.groups[tuple(key)] = params
         cal.errors[tuple(key)] = fit.errors()
@@ -330,6 +383,7 @@ def calibrate(
         h = rows[rows["split"] == "holdout"]
         overall["median_ape_pct"], overall["p90_ape_pct"] = ape_stats(h["predicted_s"], h["duration_s"])
         overall["n_holdout"] = len(h)
+    overall.update(noise_summary(rows))
     return CalibrationResult(cal, fits, rows, overall)
 
 
@@ -357,28 +411,38 @@ def error_table_markdown(result: CalibrationResult, title: str = "Link-model cal
         f"Device: {result.calibration.device or 'unknown'}. Source: {result.calibration.source}.",
         "",
         "| direction | io_backend | layout | configs fit | configs held out | bandwidth GB/s | latency us | "
-        "per piece ns | held-out median APE % | held-out p90 APE % | fit median APE % |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "per piece ns | held-out median APE % | held-out p90 APE % | fit median APE % | repeat spread % |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in result.fits:
         p = f.params
         lines.append(
             f"| {' | '.join(f.key)} | {f.n_fit} | {f.n_holdout} | {p.bandwidth_Bps / 1e9:.2f} | "
             f"{p.latency_s * 1e6:.2f} | {per_piece_cost(p) * 1e9:.1f} | {pct(f.holdout_median_ape)} | "
-            f"{pct(f.holdout_p90_ape)} | {pct(f.fit_median_ape)} |"
+            f"{pct(f.holdout_p90_ape)} | {pct(f.fit_median_ape)} | {pct(f.repeat_spread_pct)} |"
         )
-    if result.overall:
-        o = result.overall
+    o = result.overall
+    if "n_holdout" in o:
         lines += [
             "",
             f"All held-out configurations ({o['n_holdout']}): median APE {o['median_ape_pct']:.1f} %, "
             f"p90 APE {o['p90_ape_pct']:.1f} %.",
         ]
+    if "repeat_spread_median_pct" in o:
+        lines += [
+            "",
+            f"Timing noise, apart from the model: repeats of one configuration spread by "
+            f"{o['repeat_spread_median_pct']:.1f} % (median; p90 {o['repeat_spread_p90_pct']:.1f} %), "
+            f"{o['outlier_repeats']} of {o['repeats_total']} repeats flagged as outliers (beyond "
+            f"{OUTLIER_SIGMAS:g} robust standard deviations; the median ignores them).",
+        ]
+    if "warning" in o:
+        lines += ["", f"**Warning: {o['warning']}.**"]
     lines += [
         "",
         "APE: |predicted - measured| / measured. A configuration is one transfer size (bytes, pieces, "
         "operations) with the median of its repeats; held-out configurations are sizes the fit never "
-        "saw. Per piece: segment_overhead_s + half_efficiency_bytes / bandwidth (kernel carries it as "
+        "saw. Repeat spread: 1.4826 x MAD / median of a configuration's repeats (each repeat a separate pass over the grid). Per piece: segment_overhead_s + half_efficiency_bytes / bandwidth (kernel carries it as "
         "efficiency, direct as per-piece overhead).",
     ]
     return "\n".join(lines) + "\n"

@@ -71,8 +71,15 @@ def calibrate_cmd(
             f"{'/'.join(f.key):32s} {p.bandwidth_Bps / 1e9:9.2f} GB/s  latency {p.latency_s * 1e6:8.2f} us  "
             f"per piece {per_piece_cost(p) * 1e9:8.1f} ns  {held}"
         )
-    if result.overall:
-        o = result.overall
+    o = result.overall
+    if "n_holdout" in o:
         typer.echo(f"all held-out ({o['n_holdout']}): median {o['median_ape_pct']:.1f} %, p90 {o['p90_ape_pct']:.1f} %")
+    if "repeat_spread_median_pct" in o:
+        typer.echo(
+            f"timing noise: repeat spread {o['repeat_spread_median_pct']:.1f} % (median), "
+            f"p90 {o['repeat_spread_p90_pct']:.1f} %; {o['outlier_repeats']} of {o['repeats_total']} repeats outliers"
+        )
+    if "warning" in o:
+        typer.echo(f"warning: {o['warning']}", err=True)
     for path in written:
         typer.echo(f"wrote {path}")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..output.rounds import rounds_table
 from ..output.write import check_target
 from ..runner import simulate, write_outputs
 from ..scenario import load_scenario, resolve, resolve_builtin
@@ -104,6 +105,8 @@ def run(
     if partial:
         typer.echo(f"warning: {partial}", err=True)
     typer.echo(summary_line(sc.name, result.summary))
+    if "rounds" in result.summary:
+        typer.echo(rounds_table(result.summary["rounds"]))
     shown = out if out is not None else Path("results") / sc.name
     typer.echo(f"wrote {shown}")
     empty = nothing_served(result.summary, result.requests)

@@ -42,7 +42,7 @@ class HostEvictionRule:
     #: Is a device victim without host copy written to host before it leaves (demotion)?
     demotes = False
     #: Under write_back (unified semantics), does evict_host first reclaim full host duplicates, as
-    #: upstream does? Rules that order mirrors themselves say no.
+    #: upstream does (oldest duplicate first, sparing device-eviction candidates)?
     reclaims_duplicates = True
 
     def host_set_prefix_closed(self, cache: HiCache) -> bool:
@@ -123,7 +123,6 @@ class ReclaimMirrors(HostEvictionRule):
     """Host copies of GPU-resident leaves are reclaimable too (the fix #16909 aimed for, reachable)."""
 
     name = "reclaim_mirrors"
-    reclaims_duplicates = False
 
     def __init__(self) -> None:
         # H-only candidates by key, lazily invalidated like the cache's heaps: the oldest H-only copy.
@@ -155,7 +154,10 @@ class ReclaimMirrors(HostEvictionRule):
         # before it; one worth more stays so until it leaves the device, and takes the key it will
         # then have as an H-only copy, k. With demotion (write_back) a device victim is written to
         # host as it leaves, so a mirror serves no hit its page would not get anyway: mirrors go
-        # first, newest first.
+        # first. Under the unified write_back the cache's full-duplicate reclaim (upstream's order,
+        # oldest duplicate first, sparing device-eviction candidates) runs before this heap and
+        # takes them; it beat newest-first by 0.003 to 0.007 of pages at every host size on the
+        # conversation trace. This branch orders the rest (the staged 2025 write_back).
         k = cache.strategy.key(node)
         if node.value is None:
             heapq.heappush(self._h_only, ((1, k), node.id, node))

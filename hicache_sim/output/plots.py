@@ -12,6 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from .rounds import per_round
+
 TIER_COLORS = {"device": "tab:blue", "host": "tab:orange", "storage": "tab:green", "total": "black"}
 
 
@@ -103,6 +105,38 @@ def ttft_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = 
     return True
 
 
+def rounds_figure(rounds: list[dict], path: Path, title: str) -> None:
+    """bench_multiturn's per-round table drawn: hit rate per tier (stacked bars) and, when timed, mean,
+    median and p90 TTFT per round on a second axis."""
+    x = [r["round"] for r in rounds]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    bottom = [0.0] * len(rounds)
+    for tier in ("device", "host", "storage"):
+        h = [r["hit_rate"][tier] for r in rounds]
+        if tier != "device" and not any(h):
+            continue
+        ax.bar(x, h, bottom=bottom, color=TIER_COLORS[tier], label=f"hit rate: {tier}", width=0.6)
+        bottom = [b + v for b, v in zip(bottom, h, strict=True)]
+    ax.set_xlabel("round")
+    ax.set_ylabel("cache hit rate (cached / prompt tokens)")
+    ax.set_ylim(0, 1)
+    ax.set_xticks(x)
+    handles, labels = ax.get_legend_handles_labels()
+    if rounds and "ttft_s" in rounds[0]:
+        ax2 = ax.twinx()
+        for key, style in (("mean", "-"), ("median", ":"), ("p90", "--")):
+            ys = [r["ttft_s"][key] for r in rounds]
+            ax2.plot(x, [float("nan") if y is None else y for y in ys], "k" + style, marker="o", label=f"TTFT {key}")
+        ax2.set_ylabel("TTFT (s)")
+        ax2.set_ylim(bottom=0)
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, loc="upper left", fontsize=7)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+
+
 def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.DataFrame, folder: Path) -> list[Path]:
     """Figures of one run into ``folder`` (used by ``run`` and by ``plot``). Returns the files written."""
     written = []
@@ -117,6 +151,9 @@ def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.Dat
         written.append(folder / "hit_rate.png")
         if mode == "timed" and ttft_figure(requests, folder / "ttft.png", f"{name}: time to first token"):
             written.append(folder / "ttft.png")
+        if "round" in requests:
+            rounds_figure(per_round(requests, mode == "timed"), folder / "rounds.png", f"{name}: per round")
+            written.append(folder / "rounds.png")
     return written
 
 

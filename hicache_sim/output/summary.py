@@ -11,6 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from .rounds import SCOPE as ROUNDS_SCOPE
+from .rounds import per_round
+
 TIERS = ("device", "host", "storage")
 
 #: What each top-level figure of summary.json covers: the measured window (requests after the warm-up
@@ -33,6 +36,7 @@ SCOPES = {
     "throughput": "window: finished requests, from the first arrival to the last finish among them",
     "sim_time_s": "whole run: simulated seconds",
     "links": "whole run: busy time and bytes per link",
+    "rounds": ROUNDS_SCOPE,
 }
 
 
@@ -119,5 +123,7 @@ def build_summary(
         }
         summary["sim_time_s"] = span
         summary["links"] = timed["links"]
+    if "round" in requests:
+        summary["rounds"] = per_round(requests, timed is not None)
     summary["scopes"] = {key: SCOPES[key] for key in summary if key != "mode"}  # every figure is labelled
     return summary

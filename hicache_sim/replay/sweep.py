@@ -7,7 +7,8 @@ SGLang backs up) and H2D per layer (as SGLang loads back; ``h2d_granularities`` 
 whose per-operation cost differs on CPU, so mixing both in one group blurs the latency). Pages are
 random slots (a pool after churn is fragmented), the points run in a seeded random order (drift from
 other load on the machine spreads over all sizes instead of biasing one), every measurement starts
-from a flushed CPU cache, and each point is repeated.
+from a flushed CPU cache, and each repeat is a separate pass over the whole grid (a point's repeats
+are minutes apart, so their median rejects a stretch of heavy load).
 
 The default model is deliberately small (2 layers, 1 KV head of 32) so the full sweep runs on two CPU
 cores in about a minute; a scenario's real dimensions can be given instead (``KVShape``).
@@ -40,7 +41,7 @@ class SweepConfig:
     directions: tuple[str, ...] = ("d2h", "h2d")
     h2d_granularities: tuple[str, ...] = ("per_layer",)  # as SGLang loads back (and the world models)
     repeats: int = 3
-    warmup: int = 0  # unrecorded runs of each point first (caches are flushed before every run anyway)
+    warmup: int = 0  # > 0: one unrecorded pass over the grid first (caches are flushed before every run anyway)
     shape: KVShape = field(
         default_factory=lambda: KVShape(num_layers=2, kv_factor=2, heads=1, head_dim=32, page_size=16)
     )
@@ -81,23 +82,31 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
     gen = torch.Generator().manual_seed(cfg.seed)
     rows: list[dict] = []
     name = device_name(device)
-    for page_size in cfg.page_sizes:
-        shape = replace(cfg.shape, page_size=page_size)
-        for layout in cfg.layouts:
-            want = max(cfg.page_counts)
-            pools = allocate_pools(shape, layout, want, want, device, max_pool_bytes=cfg.max_pool_bytes)
-            for io in cfg.io_backends:
-                ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes)
-                counts = [c for c in cfg.page_counts if c <= min(pools.device_pages, pools.host_pages)]
-                skipped = (len(cfg.page_counts) - len(counts)) * len(cfg.operations()) * cfg.repeats
-                if counts:
-                    _warm_up(ex, max(counts))
-                points = [(op, c) for op in cfg.operations() for c in counts]
-                rng.shuffle(points)
-                for (direction, gran), count in points:
-                    dev = torch.randperm(pools.device_pages, generator=gen)[:count].tolist()
-                    host = torch.randperm(pools.host_pages, generator=gen)[:count].tolist()
-                    for rep in range(-cfg.warmup, cfg.repeats):
+    slots: dict[tuple, tuple[list[int], list[int]]] = {}  # (page size, layout, io, op, count) -> pages
+    for rep in range(-min(cfg.warmup, 1), cfg.repeats):
+        # One pass over the whole grid per repeat: a configuration's repeats lie minutes apart, so the
+        # median of its repeats rejects a stretch of heavy load on a shared machine rather than
+        # inheriting it (repeats back to back share the machine's state and drift together).
+        for page_size in cfg.page_sizes:
+            shape = replace(cfg.shape, page_size=page_size)
+            for layout in cfg.layouts:
+                want = max(cfg.page_counts)
+                pools = allocate_pools(shape, layout, want, want, device, max_pool_bytes=cfg.max_pool_bytes)
+                for io in cfg.io_backends:
+                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes)
+                    counts = [c for c in cfg.page_counts if c <= min(pools.device_pages, pools.host_pages)]
+                    skipped = (len(cfg.page_counts) - len(counts)) * len(cfg.operations())
+                    if counts:
+                        _warm_up(ex, max(counts))
+                    points = [(op, c) for op in cfg.operations() for c in counts]
+                    rng.shuffle(points)
+                    for (direction, gran), count in points:
+                        key = (page_size, layout, io, direction, gran, count)
+                        if key not in slots:
+                            dev = torch.randperm(pools.device_pages, generator=gen)[:count].tolist()
+                            host = torch.randperm(pools.host_pages, generator=gen)[:count].tolist()
+                            slots[key] = (dev, host)
+                        dev, host = slots[key]
                         ex.flush_caches()
                         if direction == "d2h":
                             t = ex.d2h(dev, host)
@@ -110,9 +119,9 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
                         rows.append(row)
                         if progress is not None:
                             progress(1)
-                if progress is not None and skipped:
-                    progress(skipped)
-            del pools
+                    if progress is not None and skipped and rep >= 0:
+                        progress(skipped)
+                del pools
     return pd.DataFrame(rows)
 
 

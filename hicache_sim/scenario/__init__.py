@@ -2,6 +2,11 @@
 and resolution into the objects the simulator runs on (:mod:`.resolve`)."""
 
 from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
+from ..workloads.kinds.long_context import LongContextSpec
+from ..workloads.kinds.multiturn import MultiturnSpec
+from ..workloads.kinds.poisson_synthetic import PoissonSpec
+from ..workloads.kinds.shared_prefix import SharedPrefixSpec
+from ..workloads.kinds.trace import TraceSpec
 from .load import (
     PACKAGE_DATA,
     build_scenario,
@@ -19,18 +24,13 @@ from .schema import (
     MAX_GENERATED_REQUESTS,
     CacheSpec,
     HardwareSpec,
-    LongContextSpec,
     MetricsSpec,
     ModelSpec,
-    MultiturnSpec,
     PCIeSpec,
-    PoissonSpec,
     Scenario,
     ScenarioError,
     SchedulerSpec,
-    SharedPrefixSpec,
     StorageSpec,
-    TraceSpec,
     WorkloadSpec,
 )
 

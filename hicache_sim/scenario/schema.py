@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from ..core import (
     EVICTION_STRATEGIES,
@@ -23,6 +23,8 @@ from ..hardware.presets import (
     STORAGE,
     ModelPreset,
 )
+from ..workloads.kinds import WORKLOAD_KINDS
+from ..workloads.kinds.registry import STRICT_CONFIG
 
 
 class ScenarioError(ValueError):
@@ -35,8 +37,8 @@ MAX_COST_US = 1e9
 
 
 class _Strict(BaseModel):
-    # Infinity and NaN are never a size, a rate or a fraction: refuse them at the field.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # Unknown keys are errors; infinity and NaN are never a size, a rate or a fraction.
+    model_config = STRICT_CONFIG
 
 
 def _in_registry(registry, value: str) -> str:
@@ -255,81 +257,23 @@ class SchedulerSpec(_Strict):
 # --------------------------------------------------------------------------------------- workload
 
 
-class TraceSpec(_Strict):
-    path: str = Field("builtin:mooncake/conversation_trace.jsonl", description="file, or builtin:<name>")
-    format: Literal["mooncake", "bailian", "azure"] = Field("mooncake", description="trace format")
-    limit: int | None = Field(None, gt=0, description="first N requests only")
-    time_scale: float = Field(1.0, gt=0, le=1e6, description="multiply arrival times (0.5 = twice the load)")
+def _workload_spec() -> type[_Strict]:
+    """``workload``: ``kind`` chooses one registered kind; each kind has its section ``workload.<kind>``."""
+    names = tuple(WORKLOAD_KINDS.names())
+    fields: dict[str, Any] = {
+        "kind": (Literal[names], Field("trace", description=f"which section is the workload: {', '.join(names)}")),
+        "partial_pages": (
+            Literal["keep", "drop"],
+            Field("keep", description="last partial page cached or not"),
+        ),
+    }
+    for name in names:
+        kind = WORKLOAD_KINDS.get(name)
+        fields[name] = (kind.spec, Field(default_factory=kind.spec, description=kind.description))
+    return create_model("WorkloadSpec", __base__=_Strict, __doc__=_workload_spec.__doc__, **fields)
 
 
-class MultiturnSpec(_Strict):
-    """SGLang bench_multiturn: clients with growing histories."""
-
-    num_clients: int = Field(256, gt=0)
-    num_rounds: int = Field(5, gt=0)
-    request_length: int = Field(512, gt=0, description="tokens of the first prompt and of each new question")
-    output_length: int = Field(64, gt=0)
-    request_rate: float = Field(1.0, gt=0, description="requests/s")
-    max_parallel: int = Field(128, gt=0, description="in-flight cap")
-    distribution: Literal["poisson", "uniform"] = Field("poisson")
-    round_barrier: bool = Field(False, description="round r+1 starts when every client finished round r")
-    range_ratio: float = Field(1.0, gt=0, le=1, description="lengths vary uniformly in [ratio x L, L]")
-
-    def size_estimate(self) -> tuple[int, int]:
-        """(requests, prompt tokens summed over them): round r's prompt holds r + 1 questions and r answers."""
-        rounds = self.num_rounds
-        per_client = self.request_length * rounds * (rounds + 1) // 2 + self.output_length * rounds * (rounds - 1) // 2
-        return self.num_clients * self.num_rounds, self.num_clients * per_client
-
-
-class SharedPrefixSpec(_Strict):
-    num_groups: int = Field(32, gt=0)
-    prompts_per_group: int = Field(16, gt=0)
-    system_prompt_length: int = Field(2048, gt=0)
-    question_length: int = Field(128, gt=0)
-    output_length: int = Field(128, gt=0)
-    request_rate: float = Field(4.0, gt=0)
-
-    def size_estimate(self) -> tuple[int, int]:
-        n = self.num_groups * self.prompts_per_group
-        return n, n * (self.system_prompt_length + self.question_length)
-
-
-class LongContextSpec(_Strict):
-    num_documents: int = Field(20, gt=0)
-    queries_per_document: int = Field(5, gt=0)
-    context_length: int = Field(32768, gt=0)
-    question_length: int = Field(64, gt=0)
-    output_length: int = Field(64, gt=0)
-    request_rate: float = Field(1.0, gt=0)
-    order: Literal["grouped", "round_robin"] = Field("round_robin")
-
-    def size_estimate(self) -> tuple[int, int]:
-        n = self.num_documents * self.queries_per_document
-        return n, n * (self.context_length + self.question_length)
-
-
-class PoissonSpec(_Strict):
-    num_requests: int = Field(1000, gt=0)
-    request_rate: float = Field(4.0, gt=0)
-    input_length: int = Field(2048, gt=0)
-    output_length: int = Field(256, gt=0)
-    shared_fraction: float = Field(0.5, ge=0, le=1, description="share of each prompt that is a common prefix")
-    num_prefixes: int = Field(8, gt=0)
-    lengths_from: str | None = Field(None, description="azure trace file or builtin: for arrivals and lengths")
-
-    def size_estimate(self) -> tuple[int, int]:
-        return self.num_requests, self.num_requests * self.input_length
-
-
-class WorkloadSpec(_Strict):
-    kind: Literal["trace", "multiturn", "shared_prefix", "long_context", "poisson_synthetic"] = "trace"
-    partial_pages: Literal["keep", "drop"] = Field("keep", description="last partial page cached or not")
-    trace: TraceSpec = Field(default_factory=TraceSpec)
-    multiturn: MultiturnSpec = Field(default_factory=MultiturnSpec)
-    shared_prefix: SharedPrefixSpec = Field(default_factory=SharedPrefixSpec)
-    long_context: LongContextSpec = Field(default_factory=LongContextSpec)
-    poisson_synthetic: PoissonSpec = Field(default_factory=PoissonSpec)
+WorkloadSpec = _workload_spec()
 
 
 # A generated workload holds one key per prompt page of every request in memory (about 100 bytes
@@ -355,7 +299,7 @@ class Scenario(_Strict):
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     cache: CacheSpec = Field(default_factory=CacheSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
-    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)  # type: ignore[valid-type]
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values")
 

@@ -10,10 +10,13 @@ scenario seed.
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from dataclasses import dataclass
 
 import numpy as np
 
+from .client_loop import SenderSpec, no_load_order
 from .records import Request
 
 # Integer tags for stream ids: tuples of ints hash the same in every process (strings do not).
@@ -40,12 +43,6 @@ def _finish_keys(stream: int, tokens: int, page_size: int) -> tuple[int, ...]:
     return stream_keys(stream, max(0, tokens - 1), page_size, "drop")
 
 
-def _gaps(rng: np.random.Generator, n: int, rate: float, distribution: str) -> np.ndarray:
-    if distribution == "uniform":
-        return rng.uniform(0.0, 2.0 / rate, size=n)
-    return rng.exponential(1.0 / rate, size=n)
-
-
 def _lengths(rng: np.random.Generator, n: int, length: int, range_ratio: float) -> np.ndarray:
     if range_ratio >= 1.0:
         return np.full(n, length, dtype=np.int64)
@@ -55,61 +52,62 @@ def _lengths(rng: np.random.Generator, n: int, length: int, range_ratio: float) 
 
 @dataclass
 class Workload:
-    """Requests, and for closed-loop workloads how they chain.
+    """Requests, and for closed-loop workloads how they are sent.
 
-    ``closed_loop``: a session's turn t + 1 is released only when turn t finished (its arrival time
-    is then the release time plus the ready-queue gap); ``max_parallel`` caps sessions in flight;
-    ``round_barrier``: round r + 1 of every session waits for all of round r.
+    ``sender`` (closed loop, bench_multiturn): a session's turn t + 1 is sent only after turn t
+    finished, by the sender loop of ``client_loop.py``; ``requests`` are then in the order that loop
+    sends them under no load, with those send times as ``arrival_s`` (what instant mode replays).
     """
 
     requests: list[Request]
-    closed_loop: bool = False
-    max_parallel: int | None = None
-    round_barrier: bool = False
-    rate: float | None = None
-    distribution: str = "poisson"
+    sender: SenderSpec | None = None
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.sender is not None
 
 
 def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
-    """bench_multiturn: each client's round r prompt is its whole history plus a new question."""
+    """bench_multiturn: round 0's prompt is a first question; round r's is the whole history (every
+    earlier prompt and answer) plus a sub-question. Requests come in the closed loop's no-load order."""
+    seed = spec.seed if spec.seed is not None else seed
     rng_len = _rng(seed, "lengths")
-    rng_arr = _rng(seed, "arrivals")
+    c = spec.num_clients
+    lo, rounds = spec.round_range()
+    # bench_multiturn draws each client's round count first from its seeded stream (none when fixed);
+    # the sender's pops and gaps continue that stream.
+    stream = random.Random(seed)
+    turns = [stream.randint(lo, rounds) for _ in range(c)] if lo < rounds else [rounds] * c
+    sub_len = spec.sub_question_input_length or spec.request_length
+    q_lens = np.empty((c, rounds), dtype=np.int64)
+    q_lens[:, 0] = _lengths(rng_len, c, spec.request_length, spec.range_ratio)
+    q_lens[:, 1:] = _lengths(rng_len, c * (rounds - 1), sub_len, spec.range_ratio).reshape(c, rounds - 1)
+    o_lens = _lengths(rng_len, c * rounds, spec.output_length, spec.range_ratio).reshape(c, rounds)
     reqs = []
-    n = spec.num_clients * spec.num_rounds
-    q_lens = _lengths(rng_len, n, spec.request_length, spec.range_ratio).reshape(spec.num_clients, -1)
-    o_lens = _lengths(rng_len, n, spec.output_length, spec.range_ratio).reshape(spec.num_clients, -1)
-    gaps = _gaps(rng_arr, n, spec.request_rate, spec.distribution)
-    # Open-loop arrival order used by instant mode: round-robin over clients, rounds in order.
-    t = 0.0
-    k = 0
-    for r in range(spec.num_rounds):
-        for c in range(spec.num_clients):
-            stream = hash((seed, CLIENT, c))
-            hist = int(q_lens[c, :r].sum() + o_lens[c, :r].sum())
-            inp = hist + int(q_lens[c, r])
-            out = int(o_lens[c, r])
-            t += float(gaps[k])
-            k += 1
-            reqs.append(
-                Request(
-                    f"c{c}r{r}",
-                    t,
-                    inp,
-                    out,
-                    stream_keys(stream, inp, page_size, partial),
-                    session=f"c{c}",
-                    turn=r,
-                    finish_keys=_finish_keys(stream, inp + out, page_size),
-                )
-            )
-    return Workload(
-        reqs,
-        closed_loop=True,
-        max_parallel=spec.max_parallel,
-        round_barrier=spec.round_barrier,
+    for r in range(rounds):
+        for k in range(c):
+            if r >= turns[k]:
+                continue
+            key = hash((seed, CLIENT, k))
+            hist = int(q_lens[k, :r].sum() + o_lens[k, :r].sum())
+            inp = hist + int(q_lens[k, r])
+            out = int(o_lens[k, r])
+            keys = stream_keys(key, inp, page_size, partial)
+            done = _finish_keys(key, inp + out, page_size)
+            reqs.append(Request(f"c{k}r{r}", 0.0, inp, out, keys, session=f"c{k}", turn=r, finish_keys=done))
+    sender = SenderSpec(
+        policy=spec.ready_queue_policy,
+        seed=seed,
         rate=spec.request_rate,
         distribution=spec.distribution,
+        max_parallel=spec.max_parallel,
+        round_barrier=spec.round_barrier,
+        barrier_pause_s=spec.round_barrier_pause_s,
+        clients=tuple(f"c{k}" for k in range(c)),
+        rng_state=stream.getstate(),
     )
+    ordered = [dataclasses.replace(q, arrival_s=t) for q, t in no_load_order(reqs, sender)]
+    return Workload(ordered, sender)
 
 
 def shared_prefix(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:

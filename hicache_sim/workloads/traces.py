@@ -11,6 +11,7 @@ from pathlib import Path
 from .errors import WorkloadError
 from .records import Request, expand_blocks
 
+TRACES_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 MOONCAKE_BLOCK_TOKENS = 512
 BAILIAN_BLOCK_TOKENS = 16
 
@@ -180,3 +181,16 @@ def load_azure(path: str | Path, *, limit: int | None = None, time_scale: float 
 def vendored_trace(name: str) -> Path:
     """Path of a trace shipped with the package (e.g. ``mooncake/conversation_trace.jsonl``)."""
     return Path(__file__).resolve().parent.parent / "data" / "traces" / name
+
+
+def trace_path(path: str, base_dir: str | Path | None = None) -> Path:
+    """``builtin:NAME`` -> a trace shipped with the package; relative paths resolve against
+    ``base_dir`` (the scenario file's folder) when the file is not found from the working directory."""
+    if path.startswith("builtin:"):
+        return TRACES_DIR / path[len("builtin:") :]
+    p = Path(path)
+    if not p.is_absolute() and not p.exists() and base_dir is not None:
+        alt = Path(base_dir) / p
+        if alt.exists():
+            return alt
+    return p
