@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from hicache_sim.scenario import load_scenario, resolve
-from hicache_sim.sim import run_timed
+from hicache_sim.sim import World
 from hicache_sim.workloads.build import build_workload
 from hicache_sim.workloads.synthetic import Workload
 
@@ -54,7 +54,8 @@ def one_run(label: str, times: int, overrides: list[str], profile: bool = False,
     if prof:
         prof.enable()
     try:
-        res = run_timed(r, wl)
+        world = World(r, wl)
+        res = world.run()
     finally:
         if prof:
             prof.disable()
@@ -72,6 +73,8 @@ def one_run(label: str, times: int, overrides: list[str], profile: bool = False,
         "req_per_s": len(wl.requests) / wall,
         "us_per_req": wall / len(wl.requests) * 1e6,
         "events": res.counters["events"],
+        "simpy_events": world.engine_events,
+        "merged_steps": world.scheduler.merged_steps,
         "steps": res.counters["steps"],
         "hit_device": sum(x["device_hit_tokens"] for x in done) / prompt,
         "hit_host": sum(x["host_hit_tokens"] for x in done) / prompt,
@@ -98,6 +101,7 @@ COLUMNS = [
     ("req_per_s", "{:,.0f}"),
     ("us_per_req", "{:.0f}"),
     ("events", "{:,}"),
+    ("simpy_events", "{:,}"),
     ("steps", "{:,}"),
     ("gpu_busy", "{:.0%}"),
     ("hit_device", "{:.4f}"),
@@ -160,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `{cmd}`",
         "",
         f"Scenario `{SCENARIO}` (Llama-3.1-8B, one H200, page 64, host ratio 2, write_through, chunked prefill "
-        "8192); wall time measured with `time.perf_counter` around `run_timed` only (trace parsing excluded). "
+        "8192); wall time measured with `time.perf_counter` around `World.run` only (trace parsing excluded). "
         f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}.",
         "",
         table(rows),
@@ -178,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         f"waiting queue and TTFT (p50 {full['ttft_p50_s']:,.0f} s) grow over the run. At a quarter of the "
         f"rate the GPU is busy {light['gpu_busy']:.0%} and TTFT p50 is {light['ttft_p50_s']:.2f} s.",
         "- `sim_per_wall`: simulated seconds per wall second; `req_per_s`: requests simulated per wall second; "
-        "`events`: SimPy events; `steps`: scheduler steps (prefill batches + decode steps).",
+        "`events`: SimPy events of one timeout per step (the counter in summary.json); `simpy_events`: events "
+        "SimPy actually processed (runs of quiet decode steps advance in one timeout, see "
+        "`Scheduler._decode_run`); `steps`: scheduler steps (prefill batches + decode steps).",
     ]
     if profile:
         lines += [
