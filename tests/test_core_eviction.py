@@ -7,6 +7,7 @@ import pytest
 from conftest import new_cache, node_at, put, settle
 
 from hicache_sim.core import EVICTION_STRATEGIES, check
+from hicache_sim.core.policies import HOST_EVICTION_RULES
 
 # --------------------------------------------------------------------------------- device eviction
 
@@ -161,6 +162,43 @@ def fill_host_with_mirrors(rule: str):
     settle(c)
     assert c.residency()["mirror_pages"] == 8 and c.host.available() == 0
     return c
+
+
+# Host candidates and the first copy evict_host reclaims, per host rule, after: A = [1, 2] and
+# C = [5, 6] inserted twice (write_through_selective backs them up), B = [3, 4] once (device-only),
+# then two device evictions (A, the LRU leaf, then B). Derived from each rule: A leaves the device with
+# its host copy (H-only, a candidate under every rule); B has none, so it is deleted, except under
+# boundary, which demotes it (H-only); the mirror C is a candidate unless the rule is evicted_only.
+# reclaim_mirrors keyed C by the device boundary when C got its copy (A's key, k_A): it counts as an
+# H-only copy at 2 k_A - k_C, older than A, so C goes first; boundary takes duplicates first.
+EXPECTED_HOST_RULE = {
+    "evicted_only": ("A", "A"),
+    "reclaim_mirrors": ("AC", "C"),
+    "boundary": ("ABC", "C"),
+}
+
+
+def test_every_registered_host_rule_is_covered():
+    assert set(HOST_EVICTION_RULES.names()) == set(EXPECTED_HOST_RULE)
+
+
+@pytest.mark.parametrize("rule", sorted(EXPECTED_HOST_RULE))
+def test_host_candidates_and_first_reclaimed_copy_follow_the_rule(rule):
+    c = new_cache(
+        page_size=1, device_pages=16, host_pages=16, write_policy="write_through_selective", host_eviction=rule
+    )
+    for keys in ([1, 2], [1, 2], [3, 4], [5, 6], [5, 6]):
+        put(c, keys)
+        settle(c)
+    assert c.evict(2) == 2 and c.evict(2) == 2
+    settle(c)
+    names = {n: node_at(c, k) for n, k in {"A": [1, 2], "B": [3, 4], "C": [5, 6]}.items() if k[0] in c.root.children}
+    cands = "".join(sorted(n for n, node in names.items() if node in c._host_cands))
+    before = {n: node.host_value is not None for n, node in names.items()}
+    assert c.evict_host(1) == 2
+    first = "".join(n for n, node in names.items() if before[n] and node.host_value is None)
+    assert (cands, first) == EXPECTED_HOST_RULE[rule]
+    check(c)
 
 
 def test_evicted_only_mirrors_are_not_reclaimable():

@@ -8,6 +8,7 @@ import pytest
 from conftest import new_cache, node_at, put, settle
 
 from hicache_sim.core import InvariantError, check
+from hicache_sim.core.policies import HOST_EVICTION_RULES
 
 
 @pytest.fixture
@@ -187,6 +188,46 @@ def test_host_candidate_extra():
     a = node_at(c, [1, 2])
     c._host_cands[a] = c.host_rule.key(c, a)  # a parent with host children is no host leaf
     _fails_with(c, f"[8 host leaves] candidate set differs: extra nodes [{a.id}], missing []")
+
+
+@pytest.mark.parametrize("rule", HOST_EVICTION_RULES.names())
+def test_host_candidate_key_changed_behind_the_heaps_back(rule):
+    # An H-only leaf's key is a pure function of the node under every rule: the checker recomputes it.
+    c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction=rule)
+    put(c, [1, 2, 3])
+    put(c, [1, 2, 9, 9])
+    settle(c)
+    assert c.evict(1) == 1
+    leaf = node_at(c, [1, 2, 3])
+    assert leaf.state() == "H" and leaf in c._host_cands
+    check(c)
+    leaf.last_access += 1000  # touched without re-queueing
+    _fails_with(c, f"[8 host leaves] node {leaf.id} queued under a stale key")
+
+
+def test_a_mirror_key_under_reclaim_mirrors_is_checked_against_its_heap_entry_only():
+    # reclaim_mirrors keys a mirror by the device boundary when the key was computed (not a pure
+    # function of the node): the checker does not recompute it, but the heap must hold the stored key.
+    c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction="reclaim_mirrors")
+    put(c, [1, 2, 3])
+    settle(c)
+    m = node_at(c, [1, 2, 3])
+    assert m.state() == "D+H" and m in c._host_cands and c.host_rule.pure_key(c, m) is None
+    m.last_access += 1000  # the device side is re-queued (its key is pure), the host side is not
+    c._dev_cands[m] = c.strategy.key(m)
+    c._dev_heap.append((c._dev_cands[m], m.id, 0, m))
+    check(c)  # an impure key may lag behind the node: not a broken invariant
+    k = c._host_cands[m]
+    c._host_heap[:] = [e for e in c._host_heap if e[-1] is not m]
+    _fails_with(c, f"[8 host leaves] node {m.id} is a candidate under key {k!r} but no heap entry holds that key")
+
+
+def test_device_candidate_without_a_heap_entry(cache):
+    leaf = node_at(cache, [1, 2, 3])
+    k = cache._dev_cands[leaf]
+    cache._dev_heap[:] = [e for e in cache._dev_heap if e[-1] is not leaf]
+    msg = f"node {leaf.id} is a candidate under key {k!r} but no heap entry holds that key"
+    _fails_with(cache, f"[8 device leaves] {msg}")
 
 
 def test_pending_write_of_an_unlocked_node(cache):

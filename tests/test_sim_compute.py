@@ -120,3 +120,15 @@ def test_overrides_replace_fields_and_reject_unknown_ones(params):
         params.with_overrides(linear_mfu=0.0)
     with pytest.raises(ValueError, match="attention_mfu"):
         params.with_overrides(attention_mfu=1.5)
+
+
+def test_a_short_prefill_after_a_long_context_is_bound_by_reading_it(params):
+    # One new token after 200,000 cached ones: compute is tiny, the step reads the weights and the
+    # context's KV once: (16.06 GB + 200,000 x 131,072 B) / (4.8 TB/s x efficiency).
+    m = ComputeModel(params)
+    p = params
+    c = 200_000
+    want = (p.weight_bytes + c * p.kv_bytes_per_token) / (p.hbm_Bps * p.hbm_efficiency)
+    lin, att = _linear_and_attention(p, 1, c)
+    assert lin / (p.peak_flops * p.linear_mfu) + att / (p.peak_flops * p.attention_mfu) < want
+    assert m.prefill_time([(1, c)]) == pytest.approx(want)

@@ -442,7 +442,8 @@ def error_table_markdown(result: CalibrationResult, title: str = "Link-model cal
         "",
         "APE: |predicted - measured| / measured. A configuration is one transfer size (bytes, pieces, "
         "operations) with the median of its repeats; held-out configurations are sizes the fit never "
-        "saw. Repeat spread: 1.4826 x MAD / median of a configuration's repeats (each repeat a separate pass over the grid). Per piece: segment_overhead_s + half_efficiency_bytes / bandwidth (kernel carries it as "
+        "saw. Repeat spread: 1.4826 x MAD / median of a configuration's repeats (each repeat a separate "
+        "pass over the grid). Per piece: segment_overhead_s + half_efficiency_bytes / bandwidth (kernel carries it as "
         "efficiency, direct as per-piece overhead).",
     ]
     return "\n".join(lines) + "\n"

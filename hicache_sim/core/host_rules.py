@@ -19,6 +19,13 @@ to keep the rule's invariant.
   leaves; the invariant is only that an H-only node's parent has a host copy (or is the root), so a
   device victim without host copy is demoted (written to host) and a D+H victim first makes sure its
   parent has a host copy.
+
+Keys and the checker: the host heap is lazily invalidated, like the device heap; an entry counts only
+while the candidate dict holds the same key for its node. ``check()`` asserts that every candidate has
+a heap entry under its stored key, and, where the rule's key is a pure function of the node
+(``key_is_pure``; per node, ``pure_key``), that the stored key is the recomputed one. ``reclaim_mirrors``
+keys a mirror by the device boundary at the time the key is computed, so its mirrors are checked only
+against the heap.
 """
 
 from __future__ import annotations
@@ -44,6 +51,11 @@ class HostEvictionRule:
     #: Under write_back (unified semantics), does evict_host first reclaim full host duplicates, as
     #: upstream does (oldest duplicate first, sparing device-eviction candidates)?
     reclaims_duplicates = True
+    #: Is ``key`` a pure function of the node (and the strategy), computed without side effects? The
+    #: checker then recomputes every host candidate's key and compares it with the stored one. A rule
+    #: whose key depends on the cache's state when it is computed (``reclaim_mirrors`` reads the device
+    #: LRU boundary) says False and names, in ``pure_key``, the nodes whose key is still pure.
+    key_is_pure = True
 
     def host_set_prefix_closed(self, cache: HiCache) -> bool:
         """Must every host copy's parent have one too (or be the root)? Write-through with a
@@ -72,6 +84,11 @@ class HostEvictionRule:
     def key(self, cache: HiCache, node: Node) -> Any:
         """Eviction order among host candidates; the cache's strategy by default."""
         return cache.strategy.key(node)
+
+    def pure_key(self, cache: HiCache, node: Node) -> Any:
+        """The key ``node`` must be queued under if it is a pure function of the node, else None (read
+        only: the checker's reference; the lazy-invalidation contract holds for every key)."""
+        return self.key(cache, node) if self.key_is_pure else None
 
     def evict_host_node(self, cache: HiCache, node: Node) -> int:
         """Reclaim one candidate's host pages (mutates). Returns pages freed."""
@@ -123,6 +140,7 @@ class ReclaimMirrors(HostEvictionRule):
     """Host copies of GPU-resident leaves are reclaimable too (the fix #16909 aimed for, reachable)."""
 
     name = "reclaim_mirrors"
+    key_is_pure = False  # a mirror's key reads the device boundary when it is computed
 
     def __init__(self) -> None:
         # H-only candidates by key, lazily invalidated like the cache's heaps: the oldest H-only copy.
@@ -171,6 +189,16 @@ class ReclaimMirrors(HostEvictionRule):
         oldest = self._oldest_h_only(cache)
         return (1, worth if oldest is None or worth < oldest else k)
 
+    def pure_key(self, cache: HiCache, node: Node) -> Any:
+        # H-only copies and mirrors under demotion have keys of their own; other mirrors do not (and
+        # ``key`` pushes onto the H-only heap, so the checker must not call it).
+        k = cache.strategy.key(node)
+        if node.value is None:
+            return (1, k)
+        if cache.write_policy.backup_at_eviction or self.demotes:
+            return (0, _reflect(k))
+        return None
+
     def _oldest_h_only(self, cache: HiCache) -> Any:
         """Strategy key of the H-only candidate reclaimed first, or None (drops stale entries)."""
         heap = self._h_only
@@ -193,6 +221,10 @@ class Boundary(ReclaimMirrors):
     name = "boundary"
     prefix_closed_host = False
     demotes = True
+    key_is_pure = True
+
+    def pure_key(self, cache: HiCache, node: Node) -> Any:
+        return self.key(cache, node)
 
     def key(self, cache: HiCache, node: Node) -> Any:
         # As the proof of concept: least recently used duplicate first, then H-only leaves.

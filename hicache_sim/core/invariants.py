@@ -132,9 +132,23 @@ def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
         extra = sorted(n.id for n in got_host - want_host)
         missing = sorted(n.id for n in want_host - got_host)
         _fail("8 host leaves", f"candidate set differs: extra nodes {extra[:5]}, missing {missing[:5]}")
-    for n, k in cache._dev_cands.items():
-        if k != cache.strategy.key(n):
-            _fail("8 device leaves", f"node {n.id} queued under a stale key")
+    _check_keys("8 device leaves", cache._dev_heap, cache._dev_cands, cache.strategy.key)
+    rule = cache.host_rule
+    _check_keys("8 host leaves", cache._host_heap, cache._host_cands, lambda n: rule.pure_key(cache, n))
+
+
+def _check_keys(rule: str, heap: list, cands: dict, pure_key) -> None:
+    """The lazy-invalidation contract: every candidate has a heap entry under the key stored for it (a
+    pop finds it; entries under other keys are stale and skipped), and where its key is a pure function
+    of the node (``pure_key`` not None), the stored key is that key (nothing changed behind the heap's
+    back)."""
+    queued = {(entry[-1], entry[0]) for entry in heap}
+    for n, k in cands.items():
+        if (n, k) not in queued:
+            _fail(rule, f"node {n.id} is a candidate under key {k!r} but no heap entry holds that key")
+        want = pure_key(n)
+        if want is not None and k != want:
+            _fail(rule, f"node {n.id} queued under a stale key")
 
 
 def _check_pool(name: str, pool, owned: list[tuple[object, list[int]]]) -> None:

@@ -2,14 +2,20 @@
 
 Three token budgets bound the batch: ``rem_input`` (``max_prefill_tokens``), ``rem_chunk``
 (``chunked_prefill_size``) and ``rem_total``, which is live as SGLang's property: device pages free or
-evictable now, less ``offset`` (the output the running requests may still write, each clipped at
-4096 tokens, times ``new_token_ratio``, plus the clipped output of every request admitted to this
-batch). A request is admitted when its new tokens plus its clipped output fit ``rem_total`` once its
-matched prefix is locked (locking takes those pages out of the evictable pool: SGLang re-checks
-after ``_lock_node``); its prefix is then matched and locked, its host hit loaded back (all or
-nothing) and the pages of its first chunk allocated (the core evicts), so admitted tokens leave
-``rem_total`` through the pool itself. A request longer than what is left of ``rem_chunk`` is truncated to a
-page-aligned chunk and becomes the chunked request; it continues first in the next batch.
+evictable now, less ``offset``. The offset holds the output the running requests may still write (each
+clipped at 4096 tokens, times ``new_token_ratio``) and, for every chunk admitted to this batch, one page
+of alignment slack plus, when the chunk ends the prompt, the request's clipped ``max_new_tokens`` (the
+whole output, also for a retracted request that already wrote some: SGLang's reservation does not
+subtract it). A request is admitted when its new tokens, its clipped remaining output and one page are
+less than ``rem_total`` with its matched prefix locked (locking takes those pages out of the evictable
+pool); its prefix is then matched and locked, its host hit loaded back (all or nothing) and the pages of
+its first chunk allocated (the core evicts), so admitted tokens leave ``rem_total`` through the pool
+itself. A request longer than what is left of ``rem_chunk`` is truncated to a page-aligned chunk and
+becomes the chunked request; it continues first in the next batch. ``max_prefill_tokens`` refuses a
+further request only without chunked prefill; with it, the batch stops once ``rem_input`` is spent.
+After each admission the adder reports SGLang's ``budget_state``.
+
+SGLang: ``PrefillAdder`` and ``PrefillBudget`` (schedule_policy.py, prefill budget module, 2026).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class PrefillAdder:
     rem_input: int
     rem_chunk: int
     clip_tokens: int
+    chunking: bool = True
     chunks: list[Chunk] = field(default_factory=list)
 
     @property
@@ -70,10 +77,11 @@ class PrefillAdder:
         page = self.page
         m = cache.match_prefix(r.keys[: r.limit])  # SGLang re-matches waiting requests every round
         extend = r.seq_tokens - m.device_hit_pages * page
-        if extend + self._output_reserve(r) >= self.rem_total - _unlocked_pages(cache, m.last_device_node) * page:
+        need = extend + self._output_reserve(r) + page
+        if need >= self.rem_total - _unlocked_pages(cache, m.last_device_node) * page:
             return NO_TOKEN
         real_input = -(-(extend - m.host_hit_pages * page) // page) * page
-        if real_input >= self.rem_input and self.chunks:
+        if not self.chunking and real_input >= self.rem_input and self.chunks:
             return OTHER
         if real_input > self.rem_chunk and self.rem_chunk < page:
             return OTHER  # not even one page of chunk budget left
@@ -87,13 +95,22 @@ class PrefillAdder:
             r.st = None
             r.done_tokens = 0
             return OTHER if got is None else NO_TOKEN
-        chunk = self._take(r, *got)
-        return CONTINUE if chunk.final else OTHER
+        self._take(r, *got)
+        return self.budget_state()
+
+    def budget_state(self) -> int:
+        """SGLang's verdict for the next candidate: out of memory, out of input or chunk budget, or go on."""
+        if self.rem_total <= 0:
+            return NO_TOKEN
+        if self.rem_input <= 0 or self.rem_chunk <= 0:
+            return OTHER
+        return CONTINUE
 
     # --------------------------------------------------------------------------- internals
 
     def _output_reserve(self, r: SimRequest) -> int:
-        return min(r.out_target - r.generated, self.clip_tokens)
+        """Output the admission check holds back: what is left to write, clipped."""
+        return min(max(0, r.out_target - r.generated), self.clip_tokens)
 
     def _chunk_end(self, r: SimRequest, budget_tokens: int) -> tuple[int, bool] | None:
         """End of the next chunk of ``r`` within ``budget_tokens`` (page-aligned unless final)."""
@@ -112,8 +129,7 @@ class PrefillAdder:
 
     def _take(self, r: SimRequest, end: int, final: bool) -> Chunk:
         n = end - r.done_tokens
-        if final:
-            self.offset += self._output_reserve(r)
+        self.offset += self.page + (min(r.out_target, self.clip_tokens) if final else 0)
         self.rem_input -= n
         self.rem_chunk -= n
         chunk = Chunk(r, r.done_tokens, end, final)

@@ -133,12 +133,14 @@ class DecodeBatch:
         return total
 
     def victim(self) -> SimRequest | None:
-        """SGLang's retraction order: fewest output tokens first, then the longest prompt."""
+        """SGLang's retraction order: fewest output tokens first, then the longest prompt, then the
+        last in batch order (SGLang sorts the batch by (output, -prompt) descending, stably, and pops
+        the end; members are kept in the order they joined, as SGLang's batch appends them)."""
         best = None
         best_key = None
         for r in self.members:
-            key = (self.generated(r), -r.req.input_tokens, -r.index)
-            if best_key is None or key < best_key:
+            key = (self.generated(r), -r.req.input_tokens)
+            if best_key is None or key <= best_key:
                 best, best_key = r, key
         return best
 

@@ -66,8 +66,8 @@ class SchedulerPolicy:
     reserve_last_token: bool = True
     insert_output: bool = True
     clip_max_new_tokens: int = 4096  # CLIP_MAX_NEW_TOKENS_ESTIMATION
-    init_new_token_ratio: float = 0.7
-    min_new_token_ratio: float = 0.1
+    init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness (1.0)
+    min_new_token_ratio_factor: float = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: floor = 0.7 x 0.14
     new_token_ratio_decay_steps: int = 600
     retract_decode_steps: int = 20
     retract_to: str = "back"  # SGLang appends retracted requests to the waiting queue
@@ -82,6 +82,10 @@ class SchedulerPolicy:
             reserve_last_token=s.reserve_last_token,
             insert_output=s.insert_output,
         )
+
+    @property
+    def min_new_token_ratio(self) -> float:
+        return min(1.0, self.init_new_token_ratio * self.min_new_token_ratio_factor)
 
     @property
     def new_token_ratio_decay(self) -> float:
@@ -201,6 +205,9 @@ class Scheduler:
             self._housekeeping()
             step = self._plan()
             if step is None:
+                if not self.decoding and self.chunked is None and not self.in_flight:
+                    # SGLang's idle self-check re-initialises the estimate: the next burst starts cautious.
+                    self.new_token_ratio = self.policy.init_new_token_ratio
                 self._idle = self.env.event()
                 yield self._idle
                 self._idle = None
@@ -273,6 +280,7 @@ class Scheduler:
             rem_input=pol.max_prefill_tokens,
             rem_chunk=pol.chunked_prefill_tokens or INF_TOKENS,
             clip_tokens=pol.clip_max_new_tokens,
+            chunking=pol.chunked_prefill_tokens is not None,
         )
         more = True
         if self.chunked is not None:
@@ -364,9 +372,9 @@ class Scheduler:
         cache = self.cache
         batch = self.decoding
         needy = batch.due_pages()
+        retractions = self.counters["retractions"]
         if needy and cache.device.available() + cache.evictable_pages < len(needy):
-            headroom = -(-len(batch) * self.policy.retract_decode_steps // self.page)
-            self._retract_until(len(needy) + headroom)
+            self._retract_decode(needy)
         for i, r in enumerate(needy):
             if r.state != "decode":
                 continue
@@ -396,15 +404,25 @@ class Scheduler:
         if not batch:
             self.transport.dispatch(transfers)
             return None
+        if self.counters["retractions"] == retractions:
+            # SGLang's update_running_batch: the estimate decays on every decode batch without retraction
+            # (a retraction set it from the batch's progress instead).
+            pol = self.policy
+            self.new_token_ratio = max(pol.min_new_token_ratio, self.new_token_ratio - pol.new_token_ratio_decay)
         step = Step("decode", batch_size=len(batch), kv_tokens=batch.kv_tokens_next())
         step.blocking = [t for t in transfers if t.blocking]
         self.transport.dispatch([t for t in transfers if not t.blocking])
         return step
 
-    def _retract_until(self, target_pages: int) -> None:
+    def _retract_decode(self, needy: list[SimRequest]) -> None:
+        """SGLang's retract_decode: retract one request, then more until the pages the remaining ones
+        need for the next step fit the free and evictable pool; always keep one."""
         cache = self.cache
-        while len(self.decoding) > 1 and cache.device.available() + cache.evictable_pages < target_pages:
-            self._retract(self.decoding.victim())
+        batch = self.decoding
+        first = True
+        while len(batch) > 1 and (first or cache.device.available() + cache.evictable_pages < _still_in(needy, batch)):
+            first = False
+            self._retract(batch.victim())
 
     def _retract(self, r: SimRequest) -> None:
         """Give back everything ``r`` holds and requeue it; it restarts from its prefix (its output so
@@ -574,8 +592,6 @@ class Scheduler:
     def _after_decode(self, step: Step) -> None:
         self.counters["decode_steps"] += 1
         self.counters["decode_tokens"] += step.batch_size
-        pol = self.policy
-        self.new_token_ratio = max(pol.min_new_token_ratio, self.new_token_ratio - pol.new_token_ratio_decay)
         for r in self.decoding.advance():
             self._finish(r)
 
@@ -607,3 +623,8 @@ class Scheduler:
     def check(self) -> None:
         """Every core invariant, with the running requests' own pages accounted for."""
         check(self.cache, held_device_pages=self.held_device_pages())
+
+
+def _still_in(needy: list[SimRequest], batch: DecodeBatch) -> int:
+    """Members of ``needy`` still in the batch (a retracted one needs no page)."""
+    return sum(1 for r in needy if r in batch)

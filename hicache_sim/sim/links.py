@@ -113,11 +113,6 @@ class Link:
         """Busy seconds up to ``t`` (``t`` not before the last event on this link)."""
         return self.busy_s + (t - self._t if self._n > 0 else 0.0)
 
-    @property
-    def active(self) -> int:
-        """Transfers in their work phase now, plus those queued behind them (FIFO)."""
-        return self._n + len(self._queue)
-
     # -------------------------------------------------------------------------------- service
 
     def _join(self, flow: Flow) -> None:

@@ -163,10 +163,10 @@ class World:
         """Why the request can never be admitted, or ''. Mirrors the scheduler's budget check."""
         device_tokens = self.resolved.cache.device_pages * self.page
         out = min(max(1, req.output_tokens), self.policy.clip_max_new_tokens)
-        if req.input_tokens + out >= device_tokens:
+        if req.input_tokens + out + self.page >= device_tokens:
             return (
-                f"prompt of {req.input_tokens} tokens + {out} reserved output tokens does not fit the "
-                f"device pool of {device_tokens} tokens"
+                f"prompt of {req.input_tokens} tokens + {out} reserved output tokens + one page of slack "
+                f"does not fit the device pool of {device_tokens} tokens"
             )
         peak = math.ceil((req.input_tokens + max(1, req.output_tokens) - 1) / self.page)
         pool = self.resolved.cache.device_pages
