@@ -23,13 +23,15 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
 
 def one(mode: str, n: int) -> dict:
     """One run in this process: the row of the table."""
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(ROOT), str(HERE)]  # this checkout's hicache_sim, not an installed one
     from long_trace import long_workload
 
+    import hicache_sim
     from hicache_sim.runner import run_instant_scenario, run_timed_scenario, write_outputs
 
     overrides = [f"mode={mode}"]
@@ -53,6 +55,7 @@ def one(mode: str, n: int) -> dict:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "hit_total": s["hit_rate"]["total"],
         "finished": s["requests_finished"],
+        "code": str(Path(hicache_sim.__file__).parent.parent),
     }
     if mode == "timed":
         row["ttft_p50_s"] = s["ttft_s"]["p50"]
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "the runner and write the result folder without figures (trace parsing and figures excluded); "
         f"peak RSS is the process's. Machine: {platform.processor() or platform.machine()}, Python "
         f"{platform.python_version()}, 2 cores shared with other jobs (wall times are noisy: CPU time is the "
-        "steadier figure).",
+        f"steadier figure). Code: `{rows[0]['code']}`.",
         "",
         table(rows),
     ]

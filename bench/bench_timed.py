@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's hicache_sim, not an installed one
+
 from hicache_sim.scenario import load_scenario, resolve
 from hicache_sim.sim import World
 from hicache_sim.workloads.build import build_workload
