@@ -52,7 +52,7 @@ def one_run(label: str, times: int, overrides: list[str], profile: bool = False,
     prof = cProfile.Profile() if profile else None
     if gc_off:
         gc.disable()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if prof:
         prof.enable()
     try:
@@ -62,6 +62,7 @@ def one_run(label: str, times: int, overrides: list[str], profile: bool = False,
         if prof:
             prof.disable()
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         gc.enable()
     done = [x for x in res.requests if x["status"] == "finished"]
     prompt = sum(x["input_tokens"] for x in done) or 1
@@ -73,6 +74,8 @@ def one_run(label: str, times: int, overrides: list[str], profile: bool = False,
         "sim_s": res.sim_time_s,
         "sim_per_wall": res.sim_time_s / wall,
         "req_per_s": len(wl.requests) / wall,
+        "cpu_s": cpu,
+        "req_per_cpu_s": len(wl.requests) / cpu,
         "us_per_req": wall / len(wl.requests) * 1e6,
         "events": res.counters["events"],
         "simpy_events": world.engine_events,
@@ -101,6 +104,8 @@ COLUMNS = [
     ("sim_s", "{:,.0f}"),
     ("sim_per_wall", "{:,.0f}"),
     ("req_per_s", "{:,.0f}"),
+    ("cpu_s", "{:.2f}"),
+    ("req_per_cpu_s", "{:,.0f}"),
     ("us_per_req", "{:.0f}"),
     ("events", "{:,}"),
     ("simpy_events", "{:,}"),
@@ -184,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         f"waiting queue and TTFT (p50 {full['ttft_p50_s']:,.0f} s) grow over the run. At a quarter of the "
         f"rate the GPU is busy {light['gpu_busy']:.0%} and TTFT p50 is {light['ttft_p50_s']:.2f} s.",
         "- `sim_per_wall`: simulated seconds per wall second; `req_per_s`: requests simulated per wall second; "
+        "`cpu_s`, `req_per_cpu_s`: the same run in CPU time of this process (steadier on a shared machine); "
         "`events`: SimPy events of one timeout per step (the counter in summary.json); `simpy_events`: events "
         "SimPy actually processed (runs of quiet decode steps advance in one timeout, see "
         "`Scheduler._decode_run`); `steps`: scheduler steps (prefill batches + decode steps).",
