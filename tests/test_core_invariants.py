@@ -156,16 +156,16 @@ def test_accounting_protected_bumped(cache):
     _fails_with(cache, "[7 accounting] evictable 4 != 5 unlocked device pages")
 
 
-@pytest.mark.parametrize("field", ["res_device", "res_host", "res_mirror"])
+@pytest.mark.parametrize("field", ["tree_host_pages", "mirror_pages"])
 def test_accounting_residency_count_drifted(cache, field):
-    """A running residency count out of step with the tree (a mutator that forgot to update it)."""
+    """A running residency count out of step with the tree (a mutator that forgot to update it); the
+    device count is evictable + protected, checked above."""
     want = cache.residency_walk()
-    counted = [want["device_pages"], want["host_pages"], want["mirror_pages"]]
+    walk = (want["host_pages"], want["mirror_pages"])
+    counted = list(walk)
     setattr(cache, field, getattr(cache, field) + 1)
-    counted[["res_device", "res_host", "res_mirror"].index(field)] += 1
-    walk = (want["device_pages"], want["host_pages"], want["mirror_pages"])
-    msg = f"[7 accounting] residency counts (device, host, mirror) {tuple(counted)} != {walk} from the tree"
-    _fails_with(cache, msg)
+    counted[["tree_host_pages", "mirror_pages"].index(field)] += 1
+    _fails_with(cache, f"[7 accounting] residency counts (host, mirror) {tuple(counted)} != {walk} from the tree")
 
 
 def test_device_candidate_missing(cache):
@@ -275,6 +275,5 @@ def test_tracked_duplicate_no_longer_in_the_tree():
     c.device.free(ghost.value)
     c._dev_cands.pop(ghost, None)
     c.evictable_pages -= 3
-    c.res_device -= 3
     c.host_duplicates[ghost] = None
     _fails_with(c, f"[23 host duplicates] node {ghost.id} is tracked as a duplicate but is no longer in the tree")

@@ -6,7 +6,9 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    since the last step; take in new requests (each starts its storage prefetch on arrival); in
    buffer_only mode stage pending writes.
 2. Form a batch. Prefill has priority (SGLang's default, no mixed chunk): the chunked request
-   continues first, then the waiting queue in FCFS order; a request whose prefetch may not stop yet
+   continues first, then the waiting queue in the order of ``scheduler.schedule_policy`` (SGLang's
+   ``--schedule-policy``: fcfs keeps arrival order, lpm sorts by matched prefix; see
+   :mod:`hicache_sim.core.schedule`); a request whose prefetch may not stop yet
    is skipped (``check_prefetch_progress``); admission follows the PrefillAdder budgets
    (:mod:`.admission`) and ``max_running_requests``. Once a request was refused for memory, no new
    prefill is tried until a request finishes, is retracted or an acknowledgement unpins pages
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from ..core import HiCache, Transfer, TransferKind, check
+from ..core import SCHEDULE_POLICIES, HiCache, Transfer, TransferKind, check
 from .admission import INF_TOKENS, NO_TOKEN, OTHER, Chunk, PrefillAdder
 from .compute import StepTimeModel
 from .decode import DecodeBatch
@@ -71,6 +73,7 @@ class SchedulerPolicy:
     new_token_ratio_decay_steps: int = 600
     retract_decode_steps: int = 20
     retract_to: str = "back"  # SGLang appends retracted requests to the waiting queue
+    schedule_policy: str = "fcfs"
 
     @classmethod
     def from_scenario(cls, sc) -> SchedulerPolicy:
@@ -81,6 +84,7 @@ class SchedulerPolicy:
             max_prefill_tokens=s.max_prefill_tokens,
             reserve_last_token=s.reserve_last_token,
             insert_output=s.insert_output,
+            schedule_policy=s.schedule_policy,
         )
 
     @property
@@ -138,6 +142,7 @@ class Scheduler:
         self.pp = getattr(compute, "pp", 1)
         self.batch_full = False
         self.new_token_ratio = policy.init_new_token_ratio
+        self.order_waiting = SCHEDULE_POLICIES.get(policy.schedule_policy)
         self._idle: simpy.Event | None = None
         self._wake_times: set[float] = set()
         # Time of the next thing outside the scheduler that may happen (the world adds its sample grid).
@@ -229,7 +234,7 @@ class Scheduler:
                 elif kind == "prefill_done":
                     step, at = payload
                     self.in_flight.remove(step)
-                    self._after_prefill(step, at)
+                    self._after_prefill(step, at, first_stage_done=True)
                 else:
                     self._take_in(payload)
         if cache.buffer_only:
@@ -311,6 +316,8 @@ class Scheduler:
         now = self.env.now
         running = len(self.decoding) + (1 if self.chunked is not None else 0)
         running += sum(len(s.chunks) for s in self.in_flight)
+        if self.policy.schedule_policy != "fcfs":
+            self._sort_waiting()
         new = 0
         for r, ep in self.waiting:
             if r.state != "waiting" or r.epoch != ep:
@@ -335,6 +342,12 @@ class Scheduler:
         q = self.waiting
         while q and (q[0][0].state != "waiting" or q[0][0].epoch != q[0][1]):
             q.popleft()
+
+    def _sort_waiting(self) -> None:
+        """Reorder the live waiting entries by the schedule policy (SGLang sorts its queue in place,
+        so the order carries over to later rounds)."""
+        live = [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
+        self.waiting = deque((r, r.epoch) for r in self.order_waiting(live, self.cache))
 
     def _admitted(self, r: SimRequest) -> None:
         r.state = "prefill"
@@ -530,6 +543,8 @@ class Scheduler:
         """The first stage is done with this micro-batch; the other stages finish it ``rest_s`` later."""
         self.in_flight.append(step)
         self.prefilling = []
+        for c in step.chunks:
+            self._chunk_progress(c)
         done_at = self.env.now + rest_s
         self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(("prefill_done", (step, done_at))))
 
@@ -552,23 +567,35 @@ class Scheduler:
         if f > env.now:
             yield env.timeout(f - env.now)
 
-    def _after_prefill(self, step: Step, now: float) -> None:
-        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission."""
+    def _chunk_progress(self, c: Chunk) -> None:
+        """The first (or only) stage is done with chunk ``c``: its request's progress, and the request
+        being chunked. Under PP this happens when the micro-batch leaves the first stage, so the next
+        chunk enters the pipeline right behind it (SGLang schedules it in the next micro-batch); a
+        chunk must never be scheduled again while it is still in the pipeline."""
+        r = c.req
+        r.done_tokens = c.end
+        self.counters["prefill_tokens"] += c.end - c.start
+        if not c.final:
+            self.chunked = r
+            upto = min(c.end // self.page, self._checkpoint_cap(r))
+            if upto > r.st.cached:
+                self.cache.checkpoint_request(r.st, upto)
+        elif self.chunked is r:
+            self.chunked = None
+
+    def _after_prefill(self, step: Step, now: float, *, first_stage_done: bool = False) -> None:
+        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission.
+        ``first_stage_done``: the chunks' progress was already taken when they left the first stage."""
         self.counters["prefill_steps"] += 1
-        self.prefilling = []
+        if not first_stage_done:
+            self.prefilling = []
         cache = self.cache
         for c in step.chunks:
             r = c.req
-            r.done_tokens = c.end
-            self.counters["prefill_tokens"] += c.end - c.start
+            if not first_stage_done:
+                self._chunk_progress(c)
             if not c.final:
-                self.chunked = r
-                upto = min(c.end // self.page, self._checkpoint_cap(r))
-                if upto > r.st.cached:
-                    cache.checkpoint_request(r.st, upto)
                 continue
-            if self.chunked is r:
-                self.chunked = None
             r.generated += 1
             if r.rec.first_token_s is None:
                 r.rec.first_token_s = now

@@ -9,8 +9,8 @@ from pydantic import Field
 
 from ..errors import WorkloadError
 from ..records import Request
-from ..synthetic import Workload, stream_keys
 from ..traces import load_azure, load_bailian, load_mooncake, trace_path
+from ..workload import Workload
 from .registry import WORKLOAD_KINDS, BuildContext, KindSpec, WorkloadKind
 
 #: The loader of each format with block ids (page keys from the trace).
@@ -31,6 +31,8 @@ def build(spec: TraceSpec, ctx: BuildContext) -> Workload:
         load = BLOCK_LOADERS[spec.format]
         reqs = load(path, ctx.page_size, partial_pages=ctx.partial_pages, limit=spec.limit, time_scale=spec.time_scale)
     else:
+        from ..synthetic import stream_keys  # numpy: imported for an Azure trace only
+
         rows = load_azure(path, limit=spec.limit, time_scale=spec.time_scale)
         # No prefix identity in the Azure trace: every request's pages are its own.
         reqs = [
