@@ -376,6 +376,117 @@ def test_bad_flags_of_other_verbs(tmp_path, args, fragments):
     assert_user_error(invoke(*full), *fragments)
 
 
+# --------------------------------------------------------------------------- trace convert | stats
+
+GOOD_LOG = '{"timestamp": 0, "prompt": "hello there", "usage": {"completion_tokens": 3}}\n'
+
+
+def _log(t: Path, content: bytes | str = GOOD_LOG) -> Path:
+    p = t / "log.jsonl"
+    (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
+    return p
+
+
+CONVERT_CASES = [
+    pytest.param(lambda t: [t / "nowhere.jsonl"], ["nowhere.jsonl", "log file not found"], id="missing-log"),
+    pytest.param(
+        lambda t: [t], ["is a folder with no *.pkl request dump", "--log-requests-target"], id="log-is-folder"
+    ),
+    pytest.param(lambda t: [_log(t), "--format", "xml"], ["--format 'xml'", "openai, sglang"], id="unknown-format"),
+    pytest.param(lambda t: [_log(t), "--block-size", 0], ["--block-size 0", ">= 1"], id="block-size-zero"),
+    pytest.param(lambda t: [_log(t), "--run", 0], ["--run 0", ">= 1"], id="run-zero"),
+    pytest.param(
+        lambda t: [_log(t), "--tokenizer", t / "no-such-model"],
+        ["no-such-model", "nothing is downloaded"],
+        id="no-tokenizer",
+    ),
+    pytest.param(
+        lambda t: [_log(t), "--tokenizer", (t / "tok.json").write_text("{}") and t / "tok.json"],
+        ["tok.json", "not a tokenizer.json"],
+        id="bad-tokenizer-json",
+    ),
+    pytest.param(lambda t: [_log(t, "")], ["log.jsonl", "no JSON object"], id="empty-log"),
+    pytest.param(
+        lambda t: [_log(t, '{"prompt": "no time", "usage": {"completion_tokens": 1}}\n')],
+        ["log.jsonl", "no request could be converted", "line 1", "'timestamp'"],
+        id="nothing-convertible",
+    ),
+    pytest.param(
+        lambda t: [_log(t, GOOD_LOG.encode() + b"\xff\xfe\n"), "--strict"],
+        ["log.jsonl:2", "not UTF-8", "--strict"],
+        id="strict-non-utf8",
+    ),
+    pytest.param(
+        lambda t: [_log(t, '{"summary": {"average_ttft": 0.4, "total_requests": 8}}\n')],
+        ["log.jsonl", "bench_multiturn", "no requests"],
+        id="bench-multiturn-summary",
+    ),
+    pytest.param(
+        lambda t: [_log(t, '{"backend": "sglang", "completed": 4}\n')],
+        ["log.jsonl:1", "--output-details"],
+        id="bench-serving-without-details",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), CONVERT_CASES)
+def test_bad_trace_convert(tmp_path, make, fragments):
+    args = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("trace", "convert", *args, "--out", tmp_path / "out.jsonl"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("existing", ["file", "folder"])
+def test_trace_convert_never_replaces_a_file(tmp_path, existing):
+    log = _log(tmp_path)
+    target = tmp_path / "trace.jsonl"
+    target.mkdir() if existing == "folder" else target.write_text("my trace\n")
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("trace", "convert", log, "--out", target), "--out", "trace.jsonl")
+    assert snapshot(tmp_path) == before
+
+
+STATS_CASES = [
+    pytest.param(lambda t: ["nowhere.jsonl"], ["nowhere.jsonl", "trace file not found"], id="missing-trace"),
+    pytest.param(lambda t: [_log(t, "{oops\n")], ["log.jsonl:1", "not valid JSON"], id="bad-json"),
+    pytest.param(
+        lambda t: [
+            _log(t, '{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1]}\n'),
+            "--block-size",
+            16,
+        ],
+        ["log.jsonl:1", "ceil(40/16) = 3"],
+        id="block-size-mismatch",
+    ),
+    pytest.param(lambda t: [_log(t), "--format", "azure"], ["--format 'azure'", "mooncake, bailian"], id="bad-format"),
+    pytest.param(lambda t: [_log(t, "\n")], ["log.jsonl", "no requests"], id="empty-trace"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), STATS_CASES)
+def test_bad_trace_stats(tmp_path, make, fragments):
+    args = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("trace", "stats", *args, "--out", tmp_path / "st"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_trace_block_size_must_hold_whole_pages(tmp_path):
+    (tmp_path / "t.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]}\n'
+    )
+    data = {
+        **TINY,
+        "cache": {**TINY["cache"], "page_size": 64},
+        "workload": {"kind": "trace", "trace": {"path": "t.jsonl", "block_size": 16}},
+    }
+    sc = write_scenario(tmp_path, data)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out"), "t.jsonl", "page_size 64 must divide", "16-token")
+    assert snapshot(tmp_path) == before
+
+
 # --------------------------------------------------------------------------- sweeps
 
 

@@ -1,5 +1,5 @@
 """``hicache-sim``: run | sweep | plot | validate | replay | calibrate | validate-model | from-sglang |
-sglang-args.
+sglang-args | trace.
 
 One module per verb; each registers itself on ``app``. Only this layer exits.
 """
@@ -63,6 +63,7 @@ from . import (  # noqa: E402,F401
     run,
     sglang,
     sweep,
+    trace,
     validate,
     validate_model,
 )
