@@ -22,6 +22,12 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    finish requests (insert into the cache: write-through starts), hand them back (closed-loop
    clients send their next turn).
 
+Runs of quiet decode steps (no arrival, acknowledgement, timer or time-series sample point before the
+step ends, no member finishing or crossing a page boundary, no prefill to try) are advanced with one
+SimPy timeout to the end of the last one (``Scheduler._decode_run``): every step's time is still
+computed and summed in the same order, so simulated times and counters are the same floats as one
+timeout per step; ``counters["events"]`` counts the timeouts the run stood for.
+
 Pipeline parallelism (``compute.pp`` stages): a prefill batch is a micro-batch that holds the first
 stage for one stage time, so the loop forms the next batch then, while the first one's results (first
 tokens, checkpoints, decode admission) come back ``pp - 1`` stage times later, applied at the next loop
@@ -139,6 +145,10 @@ class Scheduler:
         self.order_waiting = SCHEDULE_POLICIES.get(policy.schedule_policy)
         self._idle: simpy.Event | None = None
         self._wake_times: set[float] = set()
+        # Time of the next thing outside the scheduler that may happen (the world adds its sample grid).
+        self.horizon: Callable[[], float] = env.peek
+        self.merge_decode = not check_invariants  # check() after every step needs every step
+        self.merged_steps = 0  # decode steps advanced inside a run (one timeout fewer each)
         self.counters = {
             "steps": 0,
             "prefill_steps": 0,
@@ -464,6 +474,8 @@ class Scheduler:
         unhidden = overhead + gpu
         if step.loads:
             yield from self._overlap_loads(step, t1, gpu, unhidden)
+        elif step.kind == "decode" and self.merge_decode and not step.blocking:
+            t0 = yield from self._decode_run(step, t0, overhead, unhidden)
         else:
             yield env.timeout(unhidden)
         self.counters["steps"] += 1
@@ -477,6 +489,55 @@ class Scheduler:
         self.transport.dispatch(self.cache.take_transfers())
         if self.check_invariants:
             self.check()
+
+    def _decode_run(self, step: Step, t0: float, overhead: float, unhidden: float) -> Generator:
+        """Run this decode step and the quiet ones after it in one timeout; returns the start of the
+        last step (its post-processing is the caller's, as for a single step).
+
+        A step may follow the previous one without a loop turn when the turn would do nothing: no
+        event fires before the previous step ends (``horizon``), no member finishes or needs a page
+        (``DecodeBatch.quiet_steps``), no prefill is tried (no chunk pending; waiting queue empty or
+        the batch full), nothing is queued for staging (buffer_only). Step times are summed in order
+        exactly as consecutive timeouts would; the run is cut to one step when the end time cannot be
+        reached as ``now + delay`` bit for bit."""
+        env = self.env
+        cache = self.cache
+        t_prev, t = t0, t0 + unhidden
+        quiet = 0
+        no_prefill = self.chunked is None and (not self.n_waiting or self.batch_full)
+        if no_prefill and not (cache.buffer_only and cache.buffer_queue):
+            quiet = self.decoding.quiet_steps()
+        n = 0
+        if quiet:
+            horizon = self.horizon()
+            bs = step.batch_size
+            kv = step.kv_tokens
+            decode_time = self.compute.decode_time
+            busy = self.counters["busy_s"]
+            ratio = self.new_token_ratio
+            pol = self.policy
+            low, decay = pol.min_new_token_ratio, pol.new_token_ratio_decay
+            while n < quiet and t < horizon:
+                # step n + 1 ended at t: its post-processing (counters, ratio) as _after_decode does it
+                busy += t - t_prev
+                ratio = max(low, ratio - decay)
+                n += 1
+                kv += bs
+                t_prev, t = t, t + (overhead + decode_time(bs, kv))
+        delay = t - env.now
+        if n == 0 or env.now + delay != t:
+            yield env.timeout(unhidden)
+            return t0
+        c = self.counters
+        c["steps"] += n
+        c["decode_steps"] += n
+        c["decode_tokens"] += n * step.batch_size
+        c["busy_s"] = busy
+        self.new_token_ratio = ratio
+        self.decoding.skip(n)
+        self.merged_steps += n
+        yield env.timeout(delay)
+        return t_prev
 
     def _send_down_the_pipeline(self, step: Step, rest_s: float) -> None:
         """The first stage is done with this micro-batch; the other stages finish it ``rest_s`` later."""
