@@ -465,7 +465,13 @@ def test_short_help_and_version():
     assert r.exit_code == 0 and r.output.strip() == f"hicache-sim {__version__}"
 
 
-@pytest.mark.parametrize("verb", ["run", "sweep", "validate", "plot", "replay", "calibrate", "validate-model"])
+def _verbs() -> list[str]:
+    from hicache_sim.cli import app
+
+    return sorted(c.name or c.callback.__name__ for c in app.registered_commands)
+
+
+@pytest.mark.parametrize("verb", _verbs())
 def test_help_has_no_type_tags(verb):
     """Values are shown as click does (N, X, PATH, TEXT) or by their metavar, never as typer's tags."""
     import re
