@@ -117,29 +117,48 @@ def run_instant_scenario(
         on_request=sample,
     )
     rejected = set(out.rejected)
-    rows = []
+    # Column by column (one list per column, not a dict per request): a long trace's rows stay small.
+    names = (
+        "rid",
+        "arrival_s",
+        "input_tokens",
+        "output_tokens",
+        "prompt_tokens",
+        "prompt_pages",
+        "device_hit_pages",
+        "host_hit_pages",
+        "storage_hit_pages",
+        "device_hit_tokens",
+        "host_hit_tokens",
+        "storage_hit_tokens",
+        "status",
+        "reason",
+    )
+    cols: dict[str, list] = {name: [] for name in names}
+    add = [cols[name].append for name in names]
     for i, req in enumerate(reqs):
         d, h, s = out.device_hit[i], out.host_hit[i], out.storage_hit[i]
         td, th, ts = _token_hits(req, page, d, h, s)
-        rows.append(
-            {
-                "rid": req.rid,
-                "arrival_s": req.arrival_s,
-                "input_tokens": req.input_tokens,
-                "output_tokens": req.output_tokens,
-                "prompt_tokens": req.input_tokens,
-                "prompt_pages": out.prompt_pages[i],
-                "device_hit_pages": d,
-                "host_hit_pages": h,
-                "storage_hit_pages": s,
-                "device_hit_tokens": td,
-                "host_hit_tokens": th,
-                "storage_hit_tokens": ts,
-                "status": "rejected" if req.rid in rejected else "finished",
-                "reason": "device pool too small for the prompt" if req.rid in rejected else "",
-            }
+        no = req.rid in rejected
+        values = (
+            req.rid,
+            req.arrival_s,
+            req.input_tokens,
+            req.output_tokens,
+            req.input_tokens,
+            out.prompt_pages[i],
+            d,
+            h,
+            s,
+            td,
+            th,
+            ts,
+            "rejected" if no else "finished",
+            "device pool too small for the prompt" if no else "",
         )
-    df = _with_rounds(pd.DataFrame(rows), wl)
+        for append, v in zip(add, values, strict=True):
+            append(v)
+    df = _with_rounds(pd.DataFrame(cols), wl)
     summary = build_summary(
         df,
         warmup_fraction=sc.metrics.warmup_fraction,
@@ -155,13 +174,39 @@ def run_instant_scenario(
 def run_timed_scenario(
     r: Resolved, wl: Workload, *, check_invariants: bool, progress: Callable[[int], None] | None, record_transfers: bool
 ) -> RunOutput:
+    """Timed run whose per-request rows go to a parquet spool in row groups while it runs (none are
+    held); the summary and figures read the table back afterwards (exact percentiles need the
+    columns). Same rows, same DataFrame, same files as building the table in memory."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    from .output.rows import ParquetRows, timed_request_schema
     from .sim.world import run_timed
 
     sc = r.scenario
-    res = run_timed(r, wl, check_invariants=check_invariants, progress=progress)
-    df = _with_rounds(pd.DataFrame(res.requests), wl)
-    if "prompt_tokens" not in df:
-        df["prompt_tokens"] = df["input_tokens"]
+    with tempfile.TemporaryDirectory(prefix="hicache-sim-rows-") as spool:
+        sink = ParquetRows(Path(spool) / "requests.parquet", timed_request_schema())
+
+        def on_row(row: dict) -> None:
+            row["prompt_tokens"] = row["input_tokens"]
+            sink.add(row)
+
+        try:
+            res = run_timed(
+                r,
+                wl,
+                check_invariants=check_invariants,
+                progress=progress,
+                on_row=on_row,
+                keep_transfers=record_transfers,
+            )
+        finally:
+            sink.close()
+        df = pq.read_table(Path(spool) / "requests.parquet").to_pandas()
+    df = _with_rounds(df, wl)
+    if "round" in df:  # the column order of rows built in memory: prompt_tokens last
+        df = df[[c for c in df.columns if c != "prompt_tokens"] + ["prompt_tokens"]]
     summary = build_summary(
         df,
         warmup_fraction=sc.metrics.warmup_fraction,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from .output.identity import computed_part, differing_keys, digest, point_identity
+from .output.identity import computed_part, differing_keys, digest, input_files, point_identity
 from .output.write import OutputError, apply_umask, prepare_folder, write_text_atomic
-from .scenario import ScenarioError, build_scenario, scenario_dump
+from .scenario import ScenarioError, build_scenario, resolve, scenario_dump
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,35 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+#: Workloads this process has built, by :func:`workload_key` (a worker runs many points of one trace).
+_WORKLOADS: dict[str, Any] = {}
+#: Distinct workloads kept per process (a grid over trace limits or page sizes builds one per value).
+WORKLOAD_CACHE_SIZE = 4
+
+
+def workload_key(sc, page_size: int, base_dir: str | None) -> str:
+    """What a point's workload is built from: the workload section, the seed, the page size and the
+    content digest of every file it reads (a trace rewritten in place is parsed again)."""
+    dump = scenario_dump(sc)
+    part = {"workload": dump["workload"], "seed": dump["seed"], "page_size": page_size}
+    return digest({**part, "inputs": input_files(part, base_dir)})
+
+
+def cached_workload(sc, page_size: int, base_dir: str | None):
+    """The point's workload, parsed once per process and reused by every point that shares its key
+    (requests are frozen; a run only reads the list)."""
+    from .workloads.build import build_workload
+
+    key = workload_key(sc, page_size, base_dir)
+    wl = _WORKLOADS.pop(key, None)
+    if wl is None:
+        wl = build_workload(sc, page_size, base_dir)
+    _WORKLOADS[key] = wl  # most recently used last
+    while len(_WORKLOADS) > WORKLOAD_CACHE_SIZE:
+        del _WORKLOADS[next(iter(_WORKLOADS))]
+    return wl
+
+
 def run_point(base: dict, source: str, overrides: list[str], base_dir: str | None) -> dict:
     """Run one point (in a worker process) and return its flat summary row."""
     from .runner import simulate
@@ -59,7 +88,8 @@ def run_point(base: dict, source: str, overrides: list[str], base_dir: str | Non
     data = dict(base)
     data.pop("sweep", None)
     sc = build_scenario(data, source, overrides)
-    out = simulate(sc, base_dir=base_dir)
+    r = resolve(sc)
+    out = simulate(sc, base_dir=base_dir, workload=cached_workload(sc, r.cache.page_size, base_dir), resolved=r)
     row = flatten({k: v for k, v in out.summary.items() if k != "scopes"})  # scopes: see summary.SCOPES
     row["host_to_device_ratio"] = out.summary["sizes"]["host_to_device_ratio"]
     return row
@@ -103,6 +133,7 @@ def plan(base: dict, source: str, set_args: Iterable[str] = (), base_dir: str | 
     for p in grid(sc.sweep):
         args = [*set_args, *p.as_set_args()]
         point_sc = build_scenario(data, source, args)
+        resolve(point_sc)  # sizes too: a point the pools cannot hold fails here, not in a worker
         out.append(PlannedPoint(p, args, point_identity(scenario_dump(point_sc), base_dir)))
     return out
 

@@ -376,6 +376,117 @@ def test_bad_flags_of_other_verbs(tmp_path, args, fragments):
     assert_user_error(invoke(*full), *fragments)
 
 
+# --------------------------------------------------------------------------- trace convert | stats
+
+GOOD_LOG = '{"timestamp": 0, "prompt": "hello there", "usage": {"completion_tokens": 3}}\n'
+
+
+def _log(t: Path, content: bytes | str = GOOD_LOG) -> Path:
+    p = t / "log.jsonl"
+    (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
+    return p
+
+
+CONVERT_CASES = [
+    pytest.param(lambda t: [t / "nowhere.jsonl"], ["nowhere.jsonl", "log file not found"], id="missing-log"),
+    pytest.param(
+        lambda t: [t], ["is a folder with no *.pkl request dump", "--log-requests-target"], id="log-is-folder"
+    ),
+    pytest.param(lambda t: [_log(t), "--format", "xml"], ["--format 'xml'", "openai, sglang"], id="unknown-format"),
+    pytest.param(lambda t: [_log(t), "--block-size", 0], ["--block-size 0", ">= 1"], id="block-size-zero"),
+    pytest.param(lambda t: [_log(t), "--run", 0], ["--run 0", ">= 1"], id="run-zero"),
+    pytest.param(
+        lambda t: [_log(t), "--tokenizer", t / "no-such-model"],
+        ["no-such-model", "nothing is downloaded"],
+        id="no-tokenizer",
+    ),
+    pytest.param(
+        lambda t: [_log(t), "--tokenizer", (t / "tok.json").write_text("{}") and t / "tok.json"],
+        ["tok.json", "not a tokenizer.json"],
+        id="bad-tokenizer-json",
+    ),
+    pytest.param(lambda t: [_log(t, "")], ["log.jsonl", "no JSON object"], id="empty-log"),
+    pytest.param(
+        lambda t: [_log(t, '{"prompt": "no time", "usage": {"completion_tokens": 1}}\n')],
+        ["log.jsonl", "no request could be converted", "line 1", "'timestamp'"],
+        id="nothing-convertible",
+    ),
+    pytest.param(
+        lambda t: [_log(t, GOOD_LOG.encode() + b"\xff\xfe\n"), "--strict"],
+        ["log.jsonl:2", "not UTF-8", "--strict"],
+        id="strict-non-utf8",
+    ),
+    pytest.param(
+        lambda t: [_log(t, '{"summary": {"average_ttft": 0.4, "total_requests": 8}}\n')],
+        ["log.jsonl", "bench_multiturn", "no requests"],
+        id="bench-multiturn-summary",
+    ),
+    pytest.param(
+        lambda t: [_log(t, '{"backend": "sglang", "completed": 4}\n')],
+        ["log.jsonl:1", "--output-details"],
+        id="bench-serving-without-details",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), CONVERT_CASES)
+def test_bad_trace_convert(tmp_path, make, fragments):
+    args = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("trace", "convert", *args, "--out", tmp_path / "out.jsonl"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("existing", ["file", "folder"])
+def test_trace_convert_never_replaces_a_file(tmp_path, existing):
+    log = _log(tmp_path)
+    target = tmp_path / "trace.jsonl"
+    target.mkdir() if existing == "folder" else target.write_text("my trace\n")
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("trace", "convert", log, "--out", target), "--out", "trace.jsonl")
+    assert snapshot(tmp_path) == before
+
+
+STATS_CASES = [
+    pytest.param(lambda t: ["nowhere.jsonl"], ["nowhere.jsonl", "trace file not found"], id="missing-trace"),
+    pytest.param(lambda t: [_log(t, "{oops\n")], ["log.jsonl:1", "not valid JSON"], id="bad-json"),
+    pytest.param(
+        lambda t: [
+            _log(t, '{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1]}\n'),
+            "--block-size",
+            16,
+        ],
+        ["log.jsonl:1", "ceil(40/16) = 3"],
+        id="block-size-mismatch",
+    ),
+    pytest.param(lambda t: [_log(t), "--format", "azure"], ["--format 'azure'", "mooncake, bailian"], id="bad-format"),
+    pytest.param(lambda t: [_log(t, "\n")], ["log.jsonl", "no requests"], id="empty-trace"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), STATS_CASES)
+def test_bad_trace_stats(tmp_path, make, fragments):
+    args = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("trace", "stats", *args, "--out", tmp_path / "st"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_trace_block_size_must_hold_whole_pages(tmp_path):
+    (tmp_path / "t.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]}\n'
+    )
+    data = {
+        **TINY,
+        "cache": {**TINY["cache"], "page_size": 64},
+        "workload": {"kind": "trace", "trace": {"path": "t.jsonl", "block_size": 16}},
+    }
+    sc = write_scenario(tmp_path, data)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out"), "t.jsonl", "page_size 64 must divide", "16-token")
+    assert snapshot(tmp_path) == before
+
+
 # --------------------------------------------------------------------------- sweeps
 
 
@@ -480,3 +591,114 @@ def test_help_has_no_type_tags(verb):
     assert not re.search(r"<(bool|str|int|float|path|list\[)[^>]*>", out), out
     args = re.findall(r"^  ([A-Za-z]+)  ", out.split("Options:")[0], flags=re.M)
     assert all(a.isupper() for a in args), args  # arguments are named in capitals, as in the usage line
+
+
+# --------------------------------------------------------------------------- from-sglang
+
+LAUNCH = ["python", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct"]
+FROM_SGLANG_CASES = [
+    pytest.param([*LAUNCH, "--hicache-rattio", "2"], ["--hicache-rattio", "not a flag", "--hicache-ratio"], id="typo"),
+    pytest.param(
+        # sgl-project/sglang benchmark/hicache/disk.sh: flags of an older SGLang
+        [*LAUNCH, "--enable-hierarchical-cache", "--hicache-use-disk"],
+        ["--hicache-use-disk", "not a flag of sglang 0.5.23"],
+        id="flag-of-another-version",
+    ),
+    pytest.param([*LAUNCH, "--cuda-graph-max-bs", "8"], ["--cuda-graph-max-bs", "ambiguous"], id="ambiguous-prefix"),
+    pytest.param([*LAUNCH, "--page-size"], ["--page-size", "expected a value"], id="missing-value"),
+    pytest.param([*LAUNCH, "--page-size", "big"], ["--page-size", "integer", "'big'"], id="not-an-int"),
+    pytest.param([*LAUNCH, "--enable-hicache=1"], ["--enable-hicache", "takes no value"], id="switch-with-value"),
+    pytest.param([*LAUNCH, "stray"], ["'stray'", "expected an SGLang flag"], id="stray-word"),
+    pytest.param(
+        [*LAUNCH, "--enable-hierarchical-cache", "--hicache-io-backend", "kernel_ascend"],
+        ["--hicache-io-backend kernel_ascend", "not modelled", "kernel, direct"],
+        id="unmodelled-value",
+    ),
+    pytest.param([*LAUNCH, "--schedule-policy", "dfs-weight"], ["--schedule-policy dfs-weight", "lpm"], id="policy"),
+    pytest.param(
+        [*LAUNCH, "--enable-hierarchical-cache", "--hicache-storage-backend", "aibrix"],
+        ["--hicache-storage-backend aibrix", "hf3fs"],
+        id="unmodelled-storage",
+    ),
+    pytest.param(
+        [
+            *LAUNCH,
+            "--enable-hierarchical-cache",
+            "--hicache-storage-backend",
+            "hf3fs",
+            "--hicache-storage-backend-extra-config",
+            "{prefetch",
+        ],
+        ["--hicache-storage-backend-extra-config", "JSON object"],
+        id="bad-json",
+    ),
+    pytest.param(
+        # sgl-project/sglang benchmark/hicache/README.md
+        [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "Qwen/Qwen2.5-14B-Instruct",
+            "--port",
+            "30000",
+            "--disable-radix-cache",
+        ],
+        ["--disable-radix-cache", "not modelled"],
+        id="radix-cache-off",
+    ),
+    pytest.param(
+        ["python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-14B-Instruct", "--port", "30000"],
+        ["--model-path Qwen/Qwen2.5-14B-Instruct", "--preset NAME", "num_layers"],
+        id="unknown-model",
+    ),
+    pytest.param(["python", "-m", "sglang.launch_server", "--tp", "2"], ["--model-path", "missing"], id="no-model"),
+    pytest.param(
+        # NVIDIA Dynamo's HiCache example: Dynamo's worker, not SGLang's launch_server
+        ["python", "-m", "dynamo.sglang", "--model-path", "Qwen/Qwen3-0.6B"],
+        ["'python -m dynamo.sglang'", "not an SGLang launch"],
+        id="not-sglang",
+    ),
+    pytest.param([*LAUNCH, "--tp", "3"], ["hardware.tp", "32 attention heads"], id="tp-vs-heads"),
+]
+
+
+@pytest.mark.parametrize(("command", "fragments"), FROM_SGLANG_CASES)
+def test_bad_sglang_command(tmp_path, command, fragments):
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("from-sglang", "--out", tmp_path / "s.yaml", "--", *command), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("options", "fragments"),
+    [
+        pytest.param(["--gpu", "h999"], ["--gpu h999", "unknown GPU preset"], id="gpu"),
+        pytest.param(["--preset", "llama-9"], ["--preset llama-9", "unknown model preset"], id="preset"),
+        pytest.param(["--mode", "fast"], ["--mode fast", "timed or instant"], id="mode"),
+        pytest.param(["--out", "."], ["--out .", "is a folder"], id="out-folder"),
+        pytest.param(["--out", "nowhere/s.yaml"], ["--out nowhere/s.yaml", "does not exist"], id="out-parent"),
+    ],
+)
+def test_bad_from_sglang_option(tmp_path, monkeypatch, options, fragments):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke("from-sglang", *options, "--", *LAUNCH), *fragments)
+    assert snapshot(tmp_path) == {}
+
+
+def test_from_sglang_replaces_only_its_own_file(tmp_path):
+    mine = tmp_path / "notes.yaml"
+    mine.write_text("name: mine\n")
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("from-sglang", "--out", mine, "--", *LAUNCH), "notes.yaml", "not written by from-sglang")
+    assert snapshot(tmp_path) == before
+    made = tmp_path / "s.yaml"
+    for tp in ("1", "2"):  # a file from-sglang wrote is replaced
+        r = invoke("from-sglang", "--out", made, "--", *LAUNCH, "--tp", tp)
+        assert r.exit_code == 0, r.output
+    assert yaml.safe_load(made.read_text())["hardware"]["tp"] == 2
+
+
+def test_sglang_args_of_a_bad_scenario(tmp_path):
+    sc = write_scenario(tmp_path, with_("cache", page_sise=64))
+    assert_user_error(invoke("sglang-args", sc), "bad.yaml", "cache.page_sise", "unknown key")

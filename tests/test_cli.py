@@ -233,14 +233,36 @@ def test_sweep_bad_grid_value_fails_before_running(tmp_path):
     assert not out.exists()  # validated before anything is written: no folder, no points
 
 
+def test_sweep_point_the_pools_cannot_size_fails_before_running(tmp_path):
+    # 300 device pages x 0.501 is no whole number of pages: exact host alignment refuses it at resolve
+    bad = {**TINY, "sweep": {"cache.host_ratio": [0.5, 0.501]}}
+    sc = write_yaml(tmp_path / "sw.yaml", bad)
+    out = tmp_path / "sw"
+    assert_user_error(invoke("sweep", sc, "--out", out, "--workers", "1"), "host_alignment")
+    assert not out.exists()
+
+
 def test_sweep_on_a_local_dask_cluster(tmp_path):
     distributed = pytest.importorskip("dask.distributed")
     sc = write_yaml(tmp_path / "sw.yaml", SWEEP)
     out = tmp_path / "sw"
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
         r = invoke("sweep", sc, "--out", out, "--dask-scheduler", cl.scheduler_address)
-    assert r.exit_code == 0, r.output
-    table = pd.read_parquet(out / "sweep.parquet")
+        assert r.exit_code == 0, r.output
+        table = pd.read_parquet(out / "sweep.parquet")
+        # Each worker parsed the trace once for all its points: one workload in its cache.
+        with distributed.Client(cl.scheduler_address) as client:
+            cached = client.run(lambda: sorted(__import__("sys").modules["hicache_sim.sweep"]._WORKLOADS))
+        assert all(len(keys) <= 1 for keys in cached.values()), cached
+        assert len({k for keys in cached.values() for k in keys}) == 1, cached
+        # Resume on the cluster: only the point whose file is gone runs again, with the same result.
+        victim = sorted((out / "points").glob("*.json"))[0]
+        before = json.loads(victim.read_text())
+        victim.unlink()
+        r = invoke("sweep", sc, "--out", out, "--dask-scheduler", cl.scheduler_address)
+        assert r.exit_code == 0, r.output
+        assert "(1 run, 3 already done)" in r.output
+        assert json.loads(victim.read_text())["hit_rate.total"] == before["hit_rate.total"]
     assert len(table) == 4
     local = tmp_path / "local"
     assert invoke("sweep", sc, "--out", local, "--workers", "1").exit_code == 0

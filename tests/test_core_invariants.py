@@ -156,6 +156,18 @@ def test_accounting_protected_bumped(cache):
     _fails_with(cache, "[7 accounting] evictable 4 != 5 unlocked device pages")
 
 
+@pytest.mark.parametrize("field", ["tree_host_pages", "mirror_pages"])
+def test_accounting_residency_count_drifted(cache, field):
+    """A running residency count out of step with the tree (a mutator that forgot to update it); the
+    device count is evictable + protected, checked above."""
+    want = cache.residency_walk()
+    walk = (want["host_pages"], want["mirror_pages"])
+    counted = list(walk)
+    setattr(cache, field, getattr(cache, field) + 1)
+    counted[["tree_host_pages", "mirror_pages"].index(field)] += 1
+    _fails_with(cache, f"[7 accounting] residency counts (host, mirror) {tuple(counted)} != {walk} from the tree")
+
+
 def test_device_candidate_missing(cache):
     leaf = node_at(cache, [1, 2, 3])
     del cache._dev_cands[leaf]

@@ -278,6 +278,8 @@ class Driver:
             live = {node for k, _i, _p, node in heap if cands.get(node) == k}
             assert live == set(cands), "a candidate lost its heap entry"
         assert c.prefetch_occupied_pages >= 0
+        # The residency counters the mutators keep agree with a walk of the tree.
+        assert c.residency() == c.residency_walk()
 
     def teardown(self) -> None:
         """Release everything, complete everything; then the cache must be able to empty itself."""

@@ -276,3 +276,15 @@ def test_reclaim_mirrors_never_reclaims_the_parent_copy_a_write_through_backup_h
     assert parent.state() == "D+H" and child.state() == "D"
     assert c.counters.backup_failures == 1 and c.counters.host_mirror_reclaimed_pages == 0
     settle(c)
+
+
+def test_boundary_under_write_back_keeps_h_only_nodes_under_a_host_copy(conversation_trace):
+    """boundary inherits from reclaim_mirrors; when reclaim_mirrors took up the unified write_back's
+    full-duplicate reclaim, boundary did too, and that reclaim dropped the host copy of D+H nodes with
+    H-only children (invariant 15 at the end of this run; 23 in others). boundary orders duplicates
+    itself, among host leaves only."""
+    from hicache_sim.instant import run_instant
+
+    cfg = CacheConfig(512, 2000, 1000, write_policy="write_back", host_eviction="boundary")
+    res = run_instant(cfg, conversation_trace[:2500])
+    check(res.cache)

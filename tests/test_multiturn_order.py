@@ -27,7 +27,7 @@ def _closed_loop_sends(wl, service_s: float = 0.0) -> list[tuple[str, float]]:
     sent: list[tuple[str, float]] = []
     loop: ClosedLoop
 
-    def deliver(req):
+    def deliver(_position, req):
         sent.append((req.rid, env.now))
         if service_s == 0.0:
             loop.on_done(req)

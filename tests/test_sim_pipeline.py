@@ -87,3 +87,23 @@ def test_a_pipelined_decode_step_pays_the_step_overhead_once_per_micro_batch():
     )
     assert _ttfts(res) == pytest.approx([2 * T + o] * 2, abs=1e-12)
     assert [x["e2e_s"] for x in res.requests] == pytest.approx([2 * T + o + (n - 1) * (2 * o + d)] * 2, abs=1e-12)
+
+
+def test_a_chunked_prompt_under_pp_is_scheduled_once_per_chunk():
+    """A 12-page prompt under a 4-page chunk budget: three chunks, each entering the pipeline when the
+    previous one leaves the first stage (not when it leaves the last), none scheduled twice. Before the
+    chunk's progress was taken at the first stage, the next plan saw the in-flight chunk again and
+    re-ran it, and the request ended pending with its prefix locked."""
+    wl = Workload([req("long", 0.0, range(1, 13), out=3), req("short", 0.0, range(50, 54), out=3)])
+    res = run_timed(
+        resolved(scheduler=ONE_PER_BATCH, hardware={"pp": 2}),
+        wl,
+        compute=FixedCompute(T, decode_s=0.002, pp=2),
+        check_invariants=True,
+    )
+    by = {x["rid"]: x for x in res.requests}
+    assert [by[k]["status"] for k in ("long", "short")] == ["finished", "finished"]
+    assert res.counters["prefill_tokens"] == 16 * 64  # every prompt token prefilled exactly once
+    assert res.counters["prefill_steps"] == 4
+    # chunks of "long" enter at 0, T, 2T; its last chunk leaves the second stage at 4T
+    assert by["long"]["ttft_s"] == pytest.approx(4 * T)

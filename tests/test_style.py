@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TREES = ["hicache_sim", "tests", "bench"]
+TREES = ["hicache_sim", "tests", "bench", "validation"]
 
 
 @pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["check", "format"])

@@ -52,6 +52,60 @@ def test_page_tokens_and_match_limit():
     assert aligned.match_limit(512, True) == 1
 
 
+# Lines where a quick JSON path could differ from json.loads: whitespace around the value (JSON's
+# four characters, and others it refuses), trailing data, a BOM, non-standard numbers, not an object.
+JSON_LINES = [
+    '{"a": [1, 2]}\n',
+    '  {"a": 1}\n',
+    '{"a": 1} \t\r\n',
+    '{"a": 1}\x0c\n',
+    '\x0c{"a": 1}',
+    '{"a": 1} x\n',
+    '{"a": 1} {"b": 2}',
+    '\ufeff{"a": 1}',
+    '{"a": NaN, "b": 1e400, "c": 123456789012345678901234567890}',
+    "[1, 2]",
+    '{"a": ',
+    '{"a": "\\ud800"}',
+]
+
+
+@pytest.mark.parametrize("line", JSON_LINES)
+def test_trace_lines_parse_as_json_loads(line):
+    """The loader's per-line parse gives json.loads's value, or its error at the same place."""
+    from hicache_sim.workloads.traces import _loads
+
+    def outcome(parse):
+        try:
+            return ("value", repr(parse(line)))
+        except json.JSONDecodeError as e:
+            return ("error", e.msg, e.pos)
+
+    assert outcome(_loads) == outcome(json.loads)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ('"timestamp": true', "field 'timestamp' must be an integer >= 0, got True"),
+        ('"timestamp": 1.0', "field 'timestamp' must be an integer >= 0, got 1.0"),
+        ('"timestamp": -1', "field 'timestamp' must be an integer >= 0, got -1"),
+        ('"hash_ids": [4, true]', "field 'hash_ids' must be a list of integers"),
+        ('"hash_ids": [4, 5.0]', "field 'hash_ids' must be a list of integers"),
+        ('"hash_ids": {"4": 5}', "field 'hash_ids' must be a list of integers"),
+    ],
+)
+def test_mooncake_field_types_name_the_line(tmp_path, fields, message):
+    """Booleans are not integers, floats are not ids: each refused with its line."""
+    good = {"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [4, 5]}
+    bad = json.dumps(good)[:-1] + ", " + fields + "}"  # a later key overrides the good one
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(good) + "\n" + bad + "\n")
+    with pytest.raises(WorkloadError) as err:
+        load_mooncake(p, 512)
+    assert str(err.value) == f"{p}:2: {message}"
+
+
 def test_mooncake_with_smaller_pages(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_text('{"timestamp": 1500, "input_length": 700, "output_length": 3, "hash_ids": [4, 5]}\n')

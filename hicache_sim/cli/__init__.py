@@ -1,4 +1,5 @@
-"""``hicache-sim``: run | sweep | plot | validate | replay | calibrate | validate-model.
+"""``hicache-sim``: run | sweep | plot | validate | replay | calibrate | validate-model | from-sglang |
+sglang-args | trace.
 
 One module per verb; each registers itself on ``app``. Only this layer exits.
 """
@@ -60,7 +61,9 @@ from . import (  # noqa: E402,F401
     plot,
     replay,
     run,
+    sglang,
     sweep,
+    trace,
     validate,
     validate_model,
 )

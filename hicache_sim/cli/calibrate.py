@@ -6,9 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..calibration.file import is_calibration_file
-from ..calibration.fit import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
-from ..output.write import atomic_write, check_file_target
 from . import app
 from .common import UserError, user_errors
 
@@ -32,6 +29,10 @@ def calibrate_cmd(
 ) -> None:
     """Fit latency, per-piece cost and bandwidth per direction x io backend x layout, report the median and
     p90 absolute percentage error on held-out configurations, and write the calibration file."""
+    from ..calibration.file import is_calibration_file
+    from ..calibration.fit import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
+    from ..output.write import atomic_write, check_file_target
+
     with user_errors(str(measurements)):
         if not 0 <= holdout < 1:
             raise UserError(f"--holdout {holdout}: expected a share in [0, 1)")

@@ -10,13 +10,17 @@ from contextlib import contextmanager
 
 import typer
 
-from ..calibration.file import CalibrationError
-from ..core.errors import ConfigError
-from ..output.write import OutputError
-from ..scenario import ScenarioError
-from ..workloads.errors import WorkloadError
 
-USER_ERRORS: tuple[type[Exception], ...] = (ScenarioError, ConfigError, WorkloadError, CalibrationError, OutputError)
+def user_error_types() -> tuple[type[Exception], ...]:
+    """The exceptions that are a user's mistake. Imported when an error is handled, not when the CLI
+    loads: ``--help`` must not pay for the scenario schema (pydantic) or the hardware tables."""
+    from ..calibration.file import CalibrationError
+    from ..core.errors import ConfigError
+    from ..output.write import OutputError
+    from ..scenario import ScenarioError
+    from ..workloads.errors import WorkloadError
+
+    return (ScenarioError, ConfigError, WorkloadError, CalibrationError, OutputError, UserError)
 
 
 class UserError(ValueError):
@@ -28,7 +32,11 @@ def user_errors(source: str = "") -> Iterator[None]:
     """Turn a user's mistake into ``error: <file>: <field>: <expected>`` and exit code 2."""
     try:
         yield
-    except (*USER_ERRORS, UserError) as e:
+    except Exception as e:
+        if not isinstance(e, user_error_types()):
+            raise
+        from ..core.errors import ConfigError
+
         msg = str(e)
         if isinstance(e, ConfigError) and source:
             msg = f"{source}: {msg}"

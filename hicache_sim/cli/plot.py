@@ -5,12 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import typer
-import yaml
 
-from ..output.plots import run_figures, sweep_figures
-from ..sweep import swept_keys
 from . import app
 from .common import UserError, user_errors
 
@@ -23,6 +19,12 @@ def plot(
 ) -> None:
     """Draw the figures of FOLDER: hit rate per tier and TTFT p50/p99 vs the swept key for a sweep;
     pool residency, hit rate and link utilisation over time for a run."""
+    import pandas as pd
+    import yaml
+
+    from ..output.plots import run_figures, sweep_figures
+    from ..sweep import swept_keys
+
     with user_errors(str(folder)):
         if (folder / "sweep.parquet").is_file():
             table = pd.read_parquet(folder / "sweep.parquet")

@@ -13,17 +13,6 @@ from pathlib import Path
 
 import typer
 
-from ..calibration.validate import (
-    TransferLogError,
-    count_replayed,
-    read_transfer_log,
-    replay_transfers,
-    replay_volume,
-    scenario_beside_log,
-    simulate_log,
-)
-from ..output.write import atomic_write, check_files_target, mark_files
-from ..scenario import load_scenario, resolve, resolve_builtin
 from . import app
 from .common import UserError, progress_bar, user_errors
 
@@ -46,6 +35,8 @@ def load_replay():
 @contextmanager
 def replay_errors(source: str, replay) -> Iterator[None]:
     """User errors (bad input, missing CUDA) exit 2 in one line; a failed integrity check exits 1."""
+    from ..calibration.validate import TransferLogError
+
     try:
         with user_errors(source):
             yield
@@ -135,6 +126,9 @@ def replay(
 
 def _scenario_for(source: str, scenario_opt: str | None, set_: list[str]):
     """(scenario, transfer-log DataFrame or None) for SOURCE."""
+    from ..calibration.validate import read_transfer_log, scenario_beside_log
+    from ..scenario import load_scenario
+
     if Path(source).suffix.lower() in LOG_SUFFIXES:
         log = read_transfer_log(source)
         sc = load_scenario(scenario_opt, set_) if scenario_opt else scenario_beside_log(source)
@@ -143,6 +137,10 @@ def _scenario_for(source: str, scenario_opt: str | None, set_: list[str]):
 
 
 def _replay_log(source, scenario_opt, set_, device, out, limit, per_layer, max_pool_bytes, threads, repeats) -> None:
+    from ..calibration.validate import count_replayed, replay_transfers, replay_volume, simulate_log
+    from ..output.write import atomic_write, check_files_target, mark_files
+    from ..scenario import resolve, resolve_builtin
+
     sc, log = _scenario_for(source, scenario_opt, set_)
     folder = check_files_target(out or Path("results") / "replay" / sc.name, LOG_FILES)
     r = resolve(sc)
@@ -214,6 +212,9 @@ def volume_line(name: str, transfers: int, nbytes: int, total: int, repeats: int
 
 def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, threads) -> None:
     from dataclasses import replace
+
+    from ..output.write import atomic_write, check_files_target, mark_files
+    from ..scenario import resolve
 
     cfg = rp.SweepConfig(repeats=repeats, max_pool_bytes=max_pool_bytes, cpu_threads=threads)
     if source is not None:

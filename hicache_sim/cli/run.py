@@ -6,11 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..output.rounds import rounds_table
-from ..output.write import check_target
-from ..runner import simulate, write_outputs
-from ..scenario import load_scenario, resolve, resolve_builtin
-from ..workloads.build import build_workload
 from . import app
 from .common import output_errors, progress_bar, user_errors
 
@@ -82,6 +77,12 @@ def run(
 ) -> None:
     """Run SCENARIO and write summary.json, requests.parquet, timeseries.parquet, figures and the
     resolved scenario into the result folder. Exits 1 when no request could be served."""
+    from ..output.rounds import rounds_table
+    from ..output.write import check_target
+    from ..runner import simulate, write_outputs
+    from ..scenario import load_scenario, resolve, resolve_builtin
+    from ..workloads.build import build_workload
+
     with user_errors(scenario):
         sc = load_scenario(scenario, set_)
         r = resolve(sc, strict=check_invariants)

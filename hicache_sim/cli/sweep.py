@@ -7,10 +7,6 @@ from pathlib import Path
 
 import typer
 
-from ..output.plots import sweep_figures
-from ..output.write import check_target
-from ..scenario import build_scenario, load_scenario_data, resolve_builtin
-from ..sweep import grid, run_sweep
 from . import app
 from .common import UserError, output_errors, progress_bar, user_errors
 
@@ -42,6 +38,11 @@ def sweep(
 ) -> None:
     """Run every point of the grid (reusing a point already in OUT/points only when its resolved scenario,
     input files and hicache-sim version are the same), then write sweep.parquet, sweep.csv and figures."""
+    from ..output.plots import sweep_figures
+    from ..output.write import check_target
+    from ..scenario import build_scenario, load_scenario_data, resolve_builtin
+    from ..sweep import grid, run_sweep
+
     with user_errors(scenario):
         if workers < 1:
             raise UserError(f"--workers: expected an integer >= 1, got {workers}")

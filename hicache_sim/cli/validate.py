@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from ..scenario import load_scenario, resolve
 from . import app
 from .common import user_errors
 
@@ -15,6 +14,8 @@ def validate(
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a key (repeatable)"),
 ) -> None:
     """Check SCENARIO against the schema and resolve its sizes; print them."""
+    from ..scenario import load_scenario, resolve
+
     with user_errors(scenario):
         sc = load_scenario(scenario, set_)
         r = resolve(sc)

@@ -6,16 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..calibration.validate import (
-    VALIDATION_FILES,
-    count_replayed,
-    replay_volume,
-    simulate_log,
-    validate_run,
-    write_validation,
-)
-from ..output.write import check_files_target
-from ..scenario import load_scenario, resolve_builtin
 from . import app
 from .common import UserError, progress_bar, user_errors
 from .replay import load_replay, mib, replay_errors, volume_line
@@ -44,6 +34,17 @@ def validate_model_cmd(
     """Simulate SCENARIO, replay its host<->device transfers as real copies, and compare each measured
     duration with the link model's prediction: validation.md (error table), predicted_vs_measured.png,
     validation.parquet (per transfer)."""
+    from ..calibration.validate import (
+        VALIDATION_FILES,
+        count_replayed,
+        replay_volume,
+        simulate_log,
+        validate_run,
+        write_validation,
+    )
+    from ..output.write import check_files_target
+    from ..scenario import load_scenario, resolve_builtin
+
     if h2d not in ("per_layer", "whole"):
         with user_errors():
             raise UserError(f"--h2d {h2d!r}: expected per_layer or whole")

@@ -25,7 +25,7 @@ class BackupMixin(CacheState):
         at the flush). With a prefix-closed host rule a node whose parent has no host copy is skipped
         or preceded by its unbacked ancestors, as ``semantics.parent_backup`` says.
         """
-        if not self.config.has_host or node.host_value is not None or node.value is None:
+        if not self.has_host or node.host_value is not None or node.value is None:
             return 0
         if self.buffer_only:
             return self.buffer_backup_intent(node)

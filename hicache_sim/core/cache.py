@@ -63,7 +63,7 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             if partial:
                 break
         # Stamp the matched path, ancestors first, so a deeper node is never older than its parent.
-        self._touch(self.root)
+        self._touch_root()
         for x in path:
             self._touch(x)
         last = node
@@ -101,7 +101,7 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         else:
             counted_from = n if chunked else 0
         node = self.root
-        self._touch(node)
+        self._touch_root()
         prefix = 0
         while pos < n:
             child = node.children.get(keys[pos])

@@ -222,6 +222,9 @@ class Boundary(ReclaimMirrors):
     prefix_closed_host = False
     demotes = True
     key_is_pure = True
+    # Its own order takes duplicates first and only leaves: the cache's duplicate reclaim would take a
+    # D+H node above an H-only child, leaving that child under a parent without host copy.
+    reclaims_duplicates = False
 
     def pure_key(self, cache: HiCache, node: Node) -> Any:
         return self.key(cache, node)

@@ -109,6 +109,11 @@ def _check_accounting(cache: HiCache, nodes: list[Node]) -> None:
         )
     if cache.evictable_pages != unlocked:
         _fail("7 accounting", f"evictable {cache.evictable_pages} != {unlocked} unlocked device pages")
+    counted = (cache.tree_host_pages, cache.mirror_pages)
+    host = sum(len(n.key) for n in nodes if n.host_value is not None)
+    mirror = sum(len(n.key) for n in nodes if n.value is not None and n.host_value is not None)
+    if counted != (host, mirror):
+        _fail("7 accounting", f"residency counts (host, mirror) {counted} != {(host, mirror)} from the tree")
 
 
 def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:

@@ -20,6 +20,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self.field = field
         self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@REGISTRY.register("lru")`` on a class (or call it on a value)."""
@@ -36,10 +37,24 @@ class Registry(Generic[T]):
         """Register a value (non-decorator form)."""
         return self.register(name)(item)
 
+    def alias(self, old: str, name: str) -> None:
+        """Accept ``old`` as another spelling of the registered ``name`` (kept so files written with
+        an earlier name still load; ``names()`` lists only the current names)."""
+        if old in self._items or old in self._aliases:
+            raise ValueError(f"{self.kind} {old!r} is already registered")
+        if name not in self._items:
+            raise ValueError(f"{self.kind} alias {old!r}: {name!r} is not registered")
+        self._aliases[old] = name
+
+    def canonical(self, name: str) -> str:
+        """The registered name ``name`` spells (itself unless it is an alias)."""
+        return self._aliases.get(name, name)
+
     def get(self, name: str) -> T:
-        """Look a name up; unknown names raise ConfigError listing what is supported."""
+        """Look a name up (an alias finds its name); unknown names raise ConfigError listing what is
+        supported."""
         try:
-            return self._items[name]
+            return self._items[self.canonical(name)]
         except KeyError:
             raise ConfigError(
                 self.field, f"unknown {self.kind} {name!r}. Supported: {', '.join(self.names())}"
@@ -50,4 +65,4 @@ class Registry(Generic[T]):
         return list(self._items)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or name in self._aliases

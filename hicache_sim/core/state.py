@@ -9,6 +9,7 @@ which keeps the candidate sets equal to their definitions (invariant 8). The ope
 from __future__ import annotations
 
 import heapq
+from heapq import heappop, heappush
 from typing import Any
 
 from .config import CacheConfig
@@ -35,7 +36,12 @@ class CacheState:
         self.write_policy = WRITE_POLICIES.get(config.write_policy)
         self.host_rule = HOST_EVICTION_RULES.get(config.host_eviction)()
         self.stop_policy = PREFETCH_STOP_POLICIES.get(config.prefetch_policy)()
+        # Bound once: _refresh runs on every lock, touch and copy change.
+        self._dev_key = self.strategy.key
+        self._host_is_candidate = self.host_rule.is_candidate
+        self._host_key = self.host_rule.key
         self.buffer_only = config.host_memory_mode == "buffer_only"
+        self.has_host = config.has_host
         self._page_level = config.eviction_granularity == "page"
         # Logical clock for access/creation order: strictly increasing, so no two nodes tie.
         self._clock = 0
@@ -49,6 +55,10 @@ class CacheState:
         # evictable + protected == device pages held by tree nodes.
         self.evictable_pages = 0
         self.protected_pages = 0
+        # Host pages held by tree nodes, and pages of D+H nodes: kept by the mutators below so that a
+        # residency sample is O(1) rather than a walk of the tree.
+        self.tree_host_pages = 0
+        self.mirror_pages = 0
         # Candidate sets (dicts keep a deterministic order) and lazily invalidated heaps: an entry
         # is (key, node id, push number, node) and is valid only while the node is still a candidate and its key
         # is unchanged; a changed key pushes a fresh entry. Pops are O(log n) amortised; the heap
@@ -113,34 +123,48 @@ class CacheState:
         return node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0 and node is not self.root
 
     def _refresh(self, node: Node) -> None:
-        """Recompute both candidacies and keys of ``node``; push a heap entry where either changed."""
+        """Recompute both candidacies and keys of ``node``; push a heap entry where either changed.
+
+        The hottest function of the core (every lock, touch and copy change): the device test is
+        ``is_device_candidate`` written out, the key functions are bound once in ``__init__``.
+        """
         if node is self.root:
             return
-        if self.is_device_candidate(node):
-            k = self.strategy.key(node)
-            if self._dev_cands.get(node) != k:
-                self._dev_cands[node] = k
-                heapq.heappush(self._dev_heap, (k, node.id, self._tick_push(), node))
-        elif node in self._dev_cands:
-            del self._dev_cands[node]
-        if self.host_rule.is_candidate(self, node):
-            k = self.host_rule.key(self, node)
-            if self._host_cands.get(node) != k:
-                self._host_cands[node] = k
-                heapq.heappush(self._host_heap, (k, node.id, self._tick_push(), node))
-        elif node in self._host_cands:
-            del self._host_cands[node]
+        cands = self._dev_cands
+        if node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0:
+            k = self._dev_key(node)
+            if cands.get(node) != k:
+                cands[node] = k
+                self._pushes += 1
+                heappush(self._dev_heap, (k, node.id, self._pushes, node))
+        elif node in cands:
+            del cands[node]
+        cands = self._host_cands
+        if self._host_is_candidate(self, node):
+            k = self._host_key(self, node)
+            if cands.get(node) != k:
+                cands[node] = k
+                self._pushes += 1
+                heappush(self._host_heap, (k, node.id, self._pushes, node))
+        elif node in cands:
+            del cands[node]
+
+    def _touch_root(self) -> None:
+        """``_touch(root)``: the root is stamped but never a candidate."""
+        self._clock += 1
+        self.root.last_access = self._clock
 
     def _touch(self, node: Node) -> None:
         """Mark ``node`` accessed now; re-queue it where its eviction key changed."""
-        node.last_access = self._tick()
+        self._clock += 1
+        node.last_access = self._clock
         self._refresh(node)
 
     @staticmethod
     def _pop(heap: list[tuple[Any, int, int, Node]], cands: dict[Node, Any]) -> Node | None:
         """Pop the smallest valid entry: the node is still a candidate under the same key."""
         while heap:
-            k, _, _, node = heapq.heappop(heap)
+            k, _, _, node = heappop(heap)
             if cands.get(node) == k:
                 return node
         return None
@@ -193,6 +217,8 @@ class CacheState:
             parent.n_dev_children += 1
         if child.host_value is not None:
             parent.n_host_children += 1
+            # New children are D-only (insert) or H-only (prefetch), never mirrors.
+            self.tree_host_pages += len(child.key)
         self._refresh(child)
         self._refresh(parent)
 
@@ -200,6 +226,8 @@ class CacheState:
         """Give an evicted node device pages (re-attach or load-back); counts them as evictable."""
         node.value = pages
         self.evictable_pages += len(pages)
+        if node.host_value is not None:
+            self.mirror_pages += len(pages)
         node.parent.n_dev_children += 1
         self._refresh(node)
         self._refresh(node.parent)
@@ -209,6 +237,8 @@ class CacheState:
         pages = node.value
         node.value = None
         self.evictable_pages -= len(pages)
+        if node.host_value is not None:
+            self.mirror_pages -= len(pages)
         node.parent.n_dev_children -= 1
         self._refresh(node)
         self._refresh(node.parent)
@@ -216,6 +246,9 @@ class CacheState:
 
     def _set_host_value(self, node: Node, pages: list[int]) -> None:
         node.host_value = pages
+        self.tree_host_pages += len(pages)
+        if node.value is not None:
+            self.mirror_pages += len(pages)
         node.parent.n_host_children += 1
         self._refresh(node)
         self._refresh(node.parent)
@@ -223,6 +256,10 @@ class CacheState:
     def _clear_host_value(self, node: Node) -> None:
         """Free a node's host pages (mutates)."""
         self.host.free(node.host_value)
+        n = len(node.host_value)
+        self.tree_host_pages -= n
+        if node.value is not None:
+            self.mirror_pages -= n
         node.host_value = None
         node.parent.n_host_children -= 1
         self._refresh(node)
@@ -234,6 +271,8 @@ class CacheState:
             raise CacheStateError(f"delete of node {node.id} which still has {len(node.children)} children")
         parent = node.parent
         del parent.children[node.key[0]]
+        if node.value is not None and node.host_value is not None:
+            self.mirror_pages -= len(node.key)
         if node.value is not None:
             self.device.free(node.value)
             self.evictable_pages -= len(node.value)
@@ -241,6 +280,7 @@ class CacheState:
             node.value = None
         if node.host_value is not None:
             self.host.free(node.host_value)
+            self.tree_host_pages -= len(node.host_value)
             parent.n_host_children -= 1
             node.host_value = None
         self._dev_cands.pop(node, None)
@@ -361,7 +401,13 @@ class CacheState:
         return out
 
     def residency(self) -> dict[str, int]:
-        """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H)."""
+        """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H).
+
+        From the counters the mutators keep (O(1)); ``residency_walk`` recounts them from the tree."""
+        return _residency(self.evictable_pages + self.protected_pages, self.tree_host_pages, self.mirror_pages)
+
+    def residency_walk(self) -> dict[str, int]:
+        """``residency`` counted node by node (O(nodes); for checks)."""
         d = h = dh = 0
         for node in self.iter_nodes():
             n = len(node.key)
@@ -371,10 +417,14 @@ class CacheState:
                     dh += n
             if node.host_value is not None:
                 h += n
-        return {
-            "device_pages": d,
-            "host_pages": h,
-            "mirror_pages": dh,
-            "device_only_pages": d - dh,
-            "host_only_pages": h - dh,
-        }
+        return _residency(d, h, dh)
+
+
+def _residency(d: int, h: int, dh: int) -> dict[str, int]:
+    return {
+        "device_pages": d,
+        "host_pages": h,
+        "mirror_pages": dh,
+        "device_only_pages": d - dh,
+        "host_only_pages": h - dh,
+    }

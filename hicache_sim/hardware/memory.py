@@ -27,6 +27,20 @@ _GRAPH_BS = ((20 * 1024, 8, 8), (35 * 1024, 24, 80), (60 * 1024, 32, 160), (160 
 _GRAPH_BS_LARGEST = 512
 
 
+# SGLang's default --chunked-prefill-size by GPU memory (MiB upper bounds; sglang 0.5.23
+# arg_groups/memory_hook.py): 2k on small cards, 4k up to A100-40G, 8k on H100/H200, 16k above.
+_CHUNK = ((20 * 1024, 2048), (60 * 1024, 4096), (160 * 1024, 8192))
+_CHUNK_LARGEST = 16384
+
+
+def default_chunked_prefill_size(memory_mib: float) -> int:
+    """SGLang's ``chunked_prefill_size`` when the user gives none, from the GPU memory."""
+    for below, tokens in _CHUNK:
+        if memory_mib < below:
+            return tokens
+    return _CHUNK_LARGEST
+
+
 def default_cuda_graph_max_bs(memory_mib: float, tp: int) -> int:
     """SGLang's ``cuda_graph_max_bs`` when the user gives none, from the GPU memory and TP size."""
     for below, small_tp, large_tp in _GRAPH_BS:

@@ -207,23 +207,38 @@ for _link in (
 
 @dataclass(frozen=True)
 class StoragePreset:
-    """A storage (L3) backend: read/write GB/s, per-batch latency (us), default capacity (GB)."""
+    """A storage (L3) backend: read/write GB/s, per-batch latency (us), default capacity (GB), and the
+    ``--hicache-storage-backend`` value that runs it in SGLang (``sglang-args`` prints it)."""
 
     name: str
     read_gbps: float
     write_gbps: float
     latency_us: float
     capacity_gb: float
+    sglang_backend: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.sglang_backend:
+            object.__setattr__(self, "sglang_backend", self.name)
 
 
 STORAGE: Registry[StoragePreset] = Registry("storage backend", "cache.storage_backend")
 for _s in (
-    # PCIe Gen4 x4 NVMe ~7 GB/s read, ~5 GB/s write, ~80 us (BLIS nvme_gen4 defaults).
-    StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0),
-    # Gen5 x4 enterprise NVMe (PM1743): 13 GB/s read, 6.6 GB/s write.
-    StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0),
-    # Distributed file/object stores over RDMA: 3FS-like and Mooncake-store-like (per-node share).
-    StoragePreset("3fs", 20.0, 10.0, 200.0, 20000.0),
+    # SGLang's backend names (sglang 0.5.23 --hicache-storage-backend) for the backends modelled:
+    # file (HiCacheFile: one file per page under a local folder) on a PCIe Gen4 x4 NVMe, ~7 GB/s
+    # read, ~5 GB/s write, ~80 us (BLIS nvme_gen4 defaults).
+    StoragePreset("file", 7.0, 5.0, 80.0, 2000.0),
+    # Distributed file/object stores over RDMA: 3FS-like (hf3fs) and Mooncake-store-like (per-node share).
+    StoragePreset("hf3fs", 20.0, 10.0, 200.0, 20000.0),
     StoragePreset("mooncake", 25.0, 12.0, 150.0, 20000.0),
+    # nixl: NIXL's storage plugins write local files (POSIX, GDS); taken as the file backend's local
+    # Gen4 NVMe (estimate: no published HiCache-over-NIXL figure).
+    StoragePreset("nixl", 7.0, 5.0, 80.0, 2000.0),
+    # Disks for the file backend: the Gen4 NVMe above, and a Gen5 x4 enterprise NVMe (PM1743): 13 GB/s
+    # read, 6.6 GB/s write.
+    StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0, sglang_backend="file"),
+    StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0, sglang_backend="file"),
 ):
     STORAGE.add(_s.name, _s)
+# The name earlier scenarios used for hf3fs.
+STORAGE.alias("3fs", "hf3fs")

@@ -6,27 +6,55 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from .rounds import per_round
 
 TIER_COLORS = {"device": "tab:blue", "host": "tab:orange", "storage": "tab:green", "total": "black"}
+#: Points drawn per line of a run figure: the 7-inch figure is 770 pixels wide at 110 dpi.
+MAX_LINE_POINTS = 1000
+#: Margins of the one-panel run figures (fractions of the figure): fixed, so that saving draws the figure
+#: once; tight_layout would draw it once more to measure the labels, about as long as saving it.
+RUN_MARGINS = {"left": 0.13, "right": 0.97, "bottom": 0.14, "top": 0.91}
 
 
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
+def _figure(figsize: tuple[float, float], **subplots) -> tuple[Figure, object]:
+    """A figure on its own Agg canvas: no pyplot, no backend lookup, nothing to close."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(**subplots)
+
+
+def _run_figure() -> tuple[Figure, object]:
+    fig, ax = _figure((7, 3.6))
+    fig.subplots_adjust(**RUN_MARGINS)
+    return fig, ax
+
+
+def _thin(series: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
+    """Every k-th row of a long line (the first and last kept): what the figure's pixels can show."""
+    step = -(-len(series) // MAX_LINE_POINTS)
+    if step <= 1:
+        return series
+    keep = list(range(0, len(series), step))
+    if keep[-1] != len(series) - 1:
+        keep.append(len(series) - 1)
+    return series.iloc[keep]
+
+
+def _save(fig: Figure, path: Path, *, tight: bool = False) -> None:
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
 
 
 def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
     """Pages by state over time: device (D and D+H), host (H and D+H), mirrors (D+H)."""
     x = "t_s" if "t_s" in ts else "request"
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ts = _thin(ts)
+    fig, ax = _run_figure()
     # Mirrors are drawn dashed on top: when every device page is mirrored the lines coincide.
     for col, label, color, style, width in (
         ("device_pages", "device pages (D, D+H)", "tab:blue", "-", 2.5),
@@ -46,15 +74,17 @@ def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
 def hit_rate_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = None) -> None:
     """Token hit rate per tier over the run (rolling over ``window`` requests, default n/20)."""
     window = window or max(5, len(req) // 20)
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = _run_figure()
     prompt = req["prompt_tokens"].rolling(window, min_periods=1).sum()
     total = 0
     for tier in ("device", "host", "storage"):
         hits = req[f"{tier}_hit_tokens"].rolling(window, min_periods=1).sum()
         if req[f"{tier}_hit_tokens"].sum() > 0 or tier == "device":
-            ax.plot(req.index, hits / prompt, label=tier, color=TIER_COLORS[tier])
+            rate = _thin(hits / prompt)
+            ax.plot(rate.index, rate, label=tier, color=TIER_COLORS[tier])
         total = total + hits
-    ax.plot(req.index, total / prompt, label="total", color="black", linestyle="--")
+    rate = _thin(total / prompt)
+    ax.plot(rate.index, rate, label="total", color="black", linestyle="--")
     ax.set_xlabel("request (arrival order)")
     ax.set_ylabel(f"hit rate (rolling {window})")
     ax.set_ylim(0, 1)
@@ -69,7 +99,8 @@ def links_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
     cols = [c for c in ("h2d_util", "d2h_util", "storage_read_util", "storage_write_util") if c in ts]
     if not cols:
         return
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ts = _thin(ts)
+    fig, ax = _run_figure()
     for c in cols:
         ax.plot(ts["t_s"], ts[c], label=c.replace("_util", ""))
     ax.set_xlabel("simulated time (s)")
@@ -90,7 +121,7 @@ def ttft_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = 
     if served.empty:
         return False
     window = window or max(5, len(served) // 20)
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = _run_figure()
     ax.scatter(served["arrival_s"], served["ttft_s"], s=4, alpha=0.3, color="tab:gray", label="request")
     roll = served["ttft_s"].rolling(window, min_periods=1)
     ax.plot(served["arrival_s"], roll.median(), color="tab:blue", label=f"p50 (rolling {window})")
@@ -109,7 +140,7 @@ def rounds_figure(rounds: list[dict], path: Path, title: str) -> None:
     """bench_multiturn's per-round table drawn: hit rate per tier (stacked bars) and, when timed, mean,
     median and p90 TTFT per round on a second axis."""
     x = [r["round"] for r in rounds]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = _figure((7, 3.6))  # two y axes and a long label: tight_layout places them
     bottom = [0.0] * len(rounds)
     for tier in ("device", "host", "storage"):
         h = [r["hit_rate"][tier] for r in rounds]
@@ -134,7 +165,7 @@ def rounds_figure(rounds: list[dict], path: Path, title: str) -> None:
     ax.legend(handles, labels, loc="upper left", fontsize=7)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
-    _save(fig, path)
+    _save(fig, path, tight=True)
 
 
 def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.DataFrame, folder: Path) -> list[Path]:
@@ -225,7 +256,7 @@ def sweep_figures(table: pd.DataFrame, folder: Path, name: str, keys: list[str] 
     last_vals = sorted(table[group_cols[-1]].unique()) if group_cols else [None]
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), sharey=True)
+    fig, axes = _figure((13, 4.6), ncols=3, sharey=True)
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values("_x")
@@ -262,10 +293,9 @@ def sweep_figures(table: pd.DataFrame, folder: Path, name: str, keys: list[str] 
     fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + 2) // 3), 1, 1))
     p = folder / f"hit_rate_vs_{stem}.png"
     fig.savefig(p, dpi=110, metadata={"Software": None})
-    plt.close(fig)
     written.append(p)
     if "ttft_s.p50" in table and table["ttft_s.p50"].notna().any():
-        fig, ax = plt.subplots(figsize=(7, 3.8))
+        fig, ax = _figure((7, 3.8))
         for key, g in groups:
             g = g.sort_values("_x")
             label = " / ".join(map(str, key if isinstance(key, tuple) else (key,))) or "run"
@@ -280,6 +310,6 @@ def sweep_figures(table: pd.DataFrame, folder: Path, name: str, keys: list[str] 
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=7)
         p = folder / f"ttft_vs_{stem}.png"
-        _save(fig, p)
+        _save(fig, p, tight=True)
         written.append(p)
     return written

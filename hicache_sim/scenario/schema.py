@@ -14,6 +14,7 @@ from ..core import (
     EVICTION_STRATEGIES,
     HOST_EVICTION_RULES,
     PREFETCH_STOP_POLICIES,
+    SCHEDULE_POLICIES,
     WRITE_POLICIES,
 )
 from ..hardware.presets import (
@@ -194,7 +195,7 @@ _REGISTRY_FIELDS = {
 
 
 class CacheSpec(_Strict):
-    page_size: int = Field(64, gt=0, description="tokens per page")
+    page_size: int = Field(1, gt=0, description="tokens per page (SGLang's --page-size default: 1)")
     device_tokens: int | None = Field(None, gt=0, description="device KV pool, tokens (default: from GPU memory)")
     host_ratio: float | None = Field(None, ge=0, description="host pool = ratio x device pool")
     host_size_gb: float | None = Field(None, ge=0, description="host pool in GB per rank (overrides ratio)")
@@ -247,11 +248,27 @@ class CacheSpec(_Strict):
 
 
 class SchedulerSpec(_Strict):
-    chunked_prefill_size: int | None = Field(8192, gt=0, description="prefill chunk, tokens (null: whole prompt)")
+    chunked_prefill_size: int | None = Field(
+        8192, gt=0, description="prefill chunk, tokens (null or -1, SGLang's spelling: whole prompt, no chunking)"
+    )
     max_running_requests: int = Field(256, gt=0, description="cap on requests in the running batch")
     max_prefill_tokens: int = Field(16384, gt=0, description="new prefill tokens per step")
+    schedule_policy: str = Field(
+        "fcfs", description="waiting-queue order before each prefill batch (SGLang --schedule-policy; timed mode)"
+    )
     reserve_last_token: bool = Field(True, description="match at most input - 1 tokens, as SGLang")
     insert_output: bool = Field(True, description="cache output tokens too when a request finishes (timed)")
+
+    @field_validator("chunked_prefill_size", mode="before")
+    @classmethod
+    def _minus_one_disables(cls, v: Any) -> Any:
+        """SGLang's ``--chunked-prefill-size -1`` means no chunking, as null does here."""
+        return None if v == -1 and not isinstance(v, bool) else v
+
+    @field_validator("schedule_policy")
+    @classmethod
+    def _policy_known(cls, v: str) -> str:
+        return _in_registry(SCHEDULE_POLICIES, v)
 
 
 # --------------------------------------------------------------------------------------- workload

@@ -18,26 +18,32 @@ from ..workloads import Request
 from ..workloads.client_loop import ClientLoop
 from ..workloads.synthetic import Workload
 
-Deliver = Callable[[Request], None]
+Deliver = Callable[[int, Request], None]  # (position in the workload, request)
 
 
 class OpenLoop:
-    """Deliver each request at its ``arrival_s`` (stable order on ties)."""
+    """Deliver each request at its ``arrival_s`` (stable order on ties). Only the arrival order is
+    kept (positions); each request is read from the workload when it is due, so a workload that
+    builds its requests on demand is never held whole."""
 
     def __init__(self, env: simpy.Environment, workload: Workload, deliver: Deliver) -> None:
         self.env = env
-        self.requests = sorted(workload.requests, key=lambda r: r.arrival_s)
+        self.requests = workload.requests
+        times = [r.arrival_s for r in self.requests]
+        self.order = sorted(range(len(times)), key=times.__getitem__)
         self.deliver = deliver
         self.delivered = 0
         env.process(self._run())
 
     def _run(self) -> Generator:
         env = self.env
-        for req in self.requests:
+        reqs = self.requests
+        for i in self.order:
+            req = reqs[i]
             if req.arrival_s > env.now:
                 yield env.timeout(req.arrival_s - env.now)
             self.delivered += 1
-            self.deliver(req)
+            self.deliver(i, req)
 
     def on_done(self, req: Request) -> None:
         """Open loop: a finished request releases nothing."""
@@ -50,6 +56,7 @@ class ClosedLoop:
         self.env = env
         self.deliver = deliver
         self.loop = ClientLoop(workload.requests, workload.sender)
+        self.position = {r.rid: i for i, r in enumerate(workload.requests)}  # closed loops are small
         self.delivered = 0
         env.process(self._run())
 
@@ -59,7 +66,7 @@ class ClosedLoop:
             req, sleep_s = loop.wake()
             if req is not None:
                 self.delivered += 1
-                self.deliver(req)
+                self.deliver(self.position[req.rid], req)
                 if loop.all_sent:
                     break
             yield env.timeout(sleep_s)

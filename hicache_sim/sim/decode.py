@@ -91,6 +91,14 @@ class DecodeBatch:
         """``r`` did not get its page: ask again before the next step."""
         self._push(self._pages, self.step + 1, r)
 
+    def quiet_steps(self) -> int:
+        """How many decode steps may follow the one about to run with nothing to do between them: no
+        member finishes after any of them and none needs a page before the next. Stale heap entries
+        only make the count smaller (safe)."""
+        f = self._finish[0][0] - self.step - 1 if self._finish else 1 << 62
+        p = self._pages[0][0] - self.step - 2 if self._pages else 1 << 62
+        return max(0, min(f, p))
+
     def kv_tokens_next(self) -> int:
         """KV tokens the next step attends to (every member's cache plus its current token)."""
         return self._kv_base + len(self.members) * (self.step + 1)
@@ -107,6 +115,10 @@ class DecodeBatch:
                 self.leave(r)
                 done.append(r)
         return done
+
+    def skip(self, n: int) -> None:
+        """``n`` decode steps ran in which no member finished (see :meth:`quiet_steps`)."""
+        self.step += n
 
     # ------------------------------------------------------------------------- scheduling
 

@@ -6,7 +6,9 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    since the last step; take in new requests (each starts its storage prefetch on arrival); in
    buffer_only mode stage pending writes.
 2. Form a batch. Prefill has priority (SGLang's default, no mixed chunk): the chunked request
-   continues first, then the waiting queue in FCFS order; a request whose prefetch may not stop yet
+   continues first, then the waiting queue in the order of ``scheduler.schedule_policy`` (SGLang's
+   ``--schedule-policy``: fcfs keeps arrival order, lpm sorts by matched prefix; see
+   :mod:`hicache_sim.core.schedule`); a request whose prefetch may not stop yet
    is skipped (``check_prefetch_progress``); admission follows the PrefillAdder budgets
    (:mod:`.admission`) and ``max_running_requests``. Once a request was refused for memory, no new
    prefill is tried until a request finishes, is retracted or an acknowledgement unpins pages
@@ -19,6 +21,12 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    that goes on to decode (SGLang's ``cache_unfinished_req``: others can share it meanwhile);
    finish requests (insert into the cache: write-through starts), hand them back (closed-loop
    clients send their next turn).
+
+Runs of quiet decode steps (no arrival, acknowledgement, timer or time-series sample point before the
+step ends, no member finishing or crossing a page boundary, no prefill to try) are advanced with one
+SimPy timeout to the end of the last one (``Scheduler._decode_run``): every step's time is still
+computed and summed in the same order, so simulated times and counters are the same floats as one
+timeout per step; ``counters["events"]`` counts the timeouts the run stood for.
 
 Pipeline parallelism (``compute.pp`` stages): a prefill batch is a micro-batch that holds the first
 stage for one stage time, so the loop forms the next batch then, while the first one's results (first
@@ -42,7 +50,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from ..core import HiCache, Transfer, TransferKind, check
+from ..core import SCHEDULE_POLICIES, HiCache, Transfer, TransferKind, check
 from .admission import INF_TOKENS, NO_TOKEN, OTHER, Chunk, PrefillAdder
 from .compute import StepTimeModel
 from .decode import DecodeBatch
@@ -65,6 +73,7 @@ class SchedulerPolicy:
     new_token_ratio_decay_steps: int = 600
     retract_decode_steps: int = 20
     retract_to: str = "back"  # SGLang appends retracted requests to the waiting queue
+    schedule_policy: str = "fcfs"
 
     @classmethod
     def from_scenario(cls, sc) -> SchedulerPolicy:
@@ -75,6 +84,7 @@ class SchedulerPolicy:
             max_prefill_tokens=s.max_prefill_tokens,
             reserve_last_token=s.reserve_last_token,
             insert_output=s.insert_output,
+            schedule_policy=s.schedule_policy,
         )
 
     @property
@@ -132,8 +142,13 @@ class Scheduler:
         self.pp = getattr(compute, "pp", 1)
         self.batch_full = False
         self.new_token_ratio = policy.init_new_token_ratio
+        self.order_waiting = SCHEDULE_POLICIES.get(policy.schedule_policy)
         self._idle: simpy.Event | None = None
         self._wake_times: set[float] = set()
+        # Time of the next thing outside the scheduler that may happen (the world adds its sample grid).
+        self.horizon: Callable[[], float] = env.peek
+        self.merge_decode = not check_invariants  # check() after every step needs every step
+        self.merged_steps = 0  # decode steps advanced inside a run (one timeout fewer each)
         self.counters = {
             "steps": 0,
             "prefill_steps": 0,
@@ -219,7 +234,7 @@ class Scheduler:
                 elif kind == "prefill_done":
                     step, at = payload
                     self.in_flight.remove(step)
-                    self._after_prefill(step, at)
+                    self._after_prefill(step, at, first_stage_done=True)
                 else:
                     self._take_in(payload)
         if cache.buffer_only:
@@ -301,6 +316,8 @@ class Scheduler:
         now = self.env.now
         running = len(self.decoding) + (1 if self.chunked is not None else 0)
         running += sum(len(s.chunks) for s in self.in_flight)
+        if self.policy.schedule_policy != "fcfs":
+            self._sort_waiting()
         new = 0
         for r, ep in self.waiting:
             if r.state != "waiting" or r.epoch != ep:
@@ -325,6 +342,12 @@ class Scheduler:
         q = self.waiting
         while q and (q[0][0].state != "waiting" or q[0][0].epoch != q[0][1]):
             q.popleft()
+
+    def _sort_waiting(self) -> None:
+        """Reorder the live waiting entries by the schedule policy (SGLang sorts its queue in place,
+        so the order carries over to later rounds)."""
+        live = [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
+        self.waiting = deque((r, r.epoch) for r in self.order_waiting(live, self.cache))
 
     def _admitted(self, r: SimRequest) -> None:
         r.state = "prefill"
@@ -451,6 +474,8 @@ class Scheduler:
         unhidden = overhead + gpu
         if step.loads:
             yield from self._overlap_loads(step, t1, gpu, unhidden)
+        elif step.kind == "decode" and self.merge_decode and not step.blocking:
+            t0 = yield from self._decode_run(step, t0, overhead, unhidden)
         else:
             yield env.timeout(unhidden)
         self.counters["steps"] += 1
@@ -465,10 +490,61 @@ class Scheduler:
         if self.check_invariants:
             self.check()
 
+    def _decode_run(self, step: Step, t0: float, overhead: float, unhidden: float) -> Generator:
+        """Run this decode step and the quiet ones after it in one timeout; returns the start of the
+        last step (its post-processing is the caller's, as for a single step).
+
+        A step may follow the previous one without a loop turn when the turn would do nothing: no
+        event fires before the previous step ends (``horizon``), no member finishes or needs a page
+        (``DecodeBatch.quiet_steps``), no prefill is tried (no chunk pending; waiting queue empty or
+        the batch full), nothing is queued for staging (buffer_only). Step times are summed in order
+        exactly as consecutive timeouts would; the run is cut to one step when the end time cannot be
+        reached as ``now + delay`` bit for bit."""
+        env = self.env
+        cache = self.cache
+        t_prev, t = t0, t0 + unhidden
+        quiet = 0
+        no_prefill = self.chunked is None and (not self.n_waiting or self.batch_full)
+        if no_prefill and not (cache.buffer_only and cache.buffer_queue):
+            quiet = self.decoding.quiet_steps()
+        n = 0
+        if quiet:
+            horizon = self.horizon()
+            bs = step.batch_size
+            kv = step.kv_tokens
+            decode_time = self.compute.decode_time
+            busy = self.counters["busy_s"]
+            ratio = self.new_token_ratio
+            pol = self.policy
+            low, decay = pol.min_new_token_ratio, pol.new_token_ratio_decay
+            while n < quiet and t < horizon:
+                # step n + 1 ended at t: its post-processing (counters, ratio) as _after_decode does it
+                busy += t - t_prev
+                ratio = max(low, ratio - decay)
+                n += 1
+                kv += bs
+                t_prev, t = t, t + (overhead + decode_time(bs, kv))
+        delay = t - env.now
+        if n == 0 or env.now + delay != t:
+            yield env.timeout(unhidden)
+            return t0
+        c = self.counters
+        c["steps"] += n
+        c["decode_steps"] += n
+        c["decode_tokens"] += n * step.batch_size
+        c["busy_s"] = busy
+        self.new_token_ratio = ratio
+        self.decoding.skip(n)
+        self.merged_steps += n
+        yield env.timeout(delay)
+        return t_prev
+
     def _send_down_the_pipeline(self, step: Step, rest_s: float) -> None:
         """The first stage is done with this micro-batch; the other stages finish it ``rest_s`` later."""
         self.in_flight.append(step)
         self.prefilling = []
+        for c in step.chunks:
+            self._chunk_progress(c)
         done_at = self.env.now + rest_s
         self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(("prefill_done", (step, done_at))))
 
@@ -491,23 +567,35 @@ class Scheduler:
         if f > env.now:
             yield env.timeout(f - env.now)
 
-    def _after_prefill(self, step: Step, now: float) -> None:
-        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission."""
+    def _chunk_progress(self, c: Chunk) -> None:
+        """The first (or only) stage is done with chunk ``c``: its request's progress, and the request
+        being chunked. Under PP this happens when the micro-batch leaves the first stage, so the next
+        chunk enters the pipeline right behind it (SGLang schedules it in the next micro-batch); a
+        chunk must never be scheduled again while it is still in the pipeline."""
+        r = c.req
+        r.done_tokens = c.end
+        self.counters["prefill_tokens"] += c.end - c.start
+        if not c.final:
+            self.chunked = r
+            upto = min(c.end // self.page, self._checkpoint_cap(r))
+            if upto > r.st.cached:
+                self.cache.checkpoint_request(r.st, upto)
+        elif self.chunked is r:
+            self.chunked = None
+
+    def _after_prefill(self, step: Step, now: float, *, first_stage_done: bool = False) -> None:
+        """The batch's last stage finished at ``now``: first tokens, checkpoints, decode admission.
+        ``first_stage_done``: the chunks' progress was already taken when they left the first stage."""
         self.counters["prefill_steps"] += 1
-        self.prefilling = []
+        if not first_stage_done:
+            self.prefilling = []
         cache = self.cache
         for c in step.chunks:
             r = c.req
-            r.done_tokens = c.end
-            self.counters["prefill_tokens"] += c.end - c.start
+            if not first_stage_done:
+                self._chunk_progress(c)
             if not c.final:
-                self.chunked = r
-                upto = min(c.end // self.page, self._checkpoint_cap(r))
-                if upto > r.st.cached:
-                    cache.checkpoint_request(r.st, upto)
                 continue
-            if self.chunked is r:
-                self.chunked = None
             r.generated += 1
             if r.rec.first_token_s is None:
                 r.rec.first_token_s = now

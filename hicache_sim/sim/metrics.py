@@ -129,16 +129,21 @@ class TimeSeries:
 
 
 class TransferLog:
-    """Every transfer the core issued, with simulated start and end (None when never started)."""
+    """Every transfer the core issued, with simulated start and end (None when never started).
+    ``keep=False`` only counts them: a run that writes no transfer log holds none."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep
+        self.count = 0
         self._rows: list[tuple[Transfer, float | None, float | None]] = []
 
     def add(self, t: Transfer, start_s: float | None, end_s: float | None) -> None:
-        self._rows.append((t, start_s, end_s))
+        self.count += 1
+        if self.keep:
+            self._rows.append((t, start_s, end_s))
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self.count
 
     def records(self) -> list[dict]:
         """Transfer.record() plus start_s, end_s, duration_s, in completion order."""

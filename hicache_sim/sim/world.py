@@ -62,6 +62,8 @@ class World:
         compute: StepTimeModel | None = None,
         check_invariants: bool = False,
         progress: Callable[[int], None] | None = None,
+        on_row: Callable[[dict], None] | None = None,
+        keep_transfers: bool = True,
     ) -> None:
         sc = resolved.scenario
         self.resolved = resolved
@@ -82,7 +84,7 @@ class World:
                 env, "storage_write", storage_params(resolved.storage_write_Bps, resolved.storage_latency_s)
             ),
         }
-        self.log = TransferLog()
+        self.log = TransferLog(keep=keep_transfers)
         self.request_overhead_s = resolved.request_overhead_s
         # One rank's links and KV: the layers of one pipeline stage (all stages move their share at once).
         layout = KVLayout(resolved.mem_layout, resolved.stage_layers, resolved.kv_factor)
@@ -107,10 +109,20 @@ class World:
             on_done=self._done,
             check_invariants=check_invariants,
         )
-        self.index = {r.rid: i for i, r in enumerate(workload.requests)}
-        if len(self.index) != len(workload.requests):
+        n = len(workload.requests)
+        if len({r.rid for r in workload.requests}) != n:
             raise SimulationError("request ids are not unique in the workload")
-        self.records: list[RequestRecord | None] = [None] * len(workload.requests)
+        # A record lives from its arrival until it and every request before it in workload order are
+        # done; then its row goes to ``on_row`` (or the kept list) and the record is dropped. Memory
+        # holds the requests in flight, not the run.
+        self.records: list[RequestRecord | None] = [None] * n
+        self.rows: list[dict] = []
+        self.on_row = on_row if on_row is not None else self.rows.append
+        self._emitted = 0
+        self.n_arrived = 0
+        self.n_finished = 0
+        self.n_rejected = 0
+        self.no_reason: list[str] = []
         self.n_done = 0
         self.events = 0
         self.timeseries = TimeSeries(
@@ -119,15 +131,17 @@ class World:
             self.links,
             lambda: (self.scheduler.n_waiting, self.scheduler.running),
         )
+        ts = self.timeseries
+        self.scheduler.horizon = lambda: min(env.peek(), ts.next_s)
         self.arrivals = arrivals_for(env, workload, self._deliver)
         env.process(self.scheduler.run())
 
     # --------------------------------------------------------------------------- requests
 
-    def _deliver(self, req: Request) -> None:
-        i = self.index[req.rid]
+    def _deliver(self, i: int, req: Request) -> None:
         rec = RequestRecord(req, arrival_s=self.env.now)
         self.records[i] = rec
+        self.n_arrived += 1
         r = SimRequest(
             req,
             rec,
@@ -162,9 +176,30 @@ class World:
 
     def _done(self, r: SimRequest) -> None:
         self.n_done += 1
+        rec = r.rec
+        if rec.status == "finished":
+            self.n_finished += 1
+        elif rec.status == "rejected":
+            self.n_rejected += 1
+            if not rec.reason:
+                self.no_reason.append(rec.req.rid)
+        self._emit()
         if self.progress is not None:
             self.progress(self.n_done)
         self.arrivals.on_done(r.req)
+
+    def _emit(self) -> None:
+        """Hand on the rows of the done requests that no earlier request (workload order) waits for."""
+        recs = self.records
+        k = self._emitted
+        while k < len(recs):
+            rec = recs[k]
+            if rec is None or rec.status not in ("finished", "rejected"):
+                break
+            self.on_row(rec.as_dict(self.page))
+            recs[k] = None
+            k += 1
+        self._emitted = k
 
     # -------------------------------------------------------------------------------- run
 
@@ -186,7 +221,8 @@ class World:
             events += 1
             if observer is not None:
                 observer(self)
-        self.events = events
+        self.engine_events = events
+        self.events = events + self.scheduler.merged_steps  # as if one timeout per decode step
         self.verify()
         return self.result()
 
@@ -209,21 +245,18 @@ class World:
         problems: list[str] = []
         c = self.cache
         n = len(self.workload.requests)
-        recs = [r for r in self.records if r is not None]
-        finished = sum(r.status == "finished" for r in recs)
-        rejected = sum(r.status == "rejected" for r in recs)
-        if len(recs) != n:
-            problems.append(f"{n - len(recs)} of {n} requests never arrived (closed loop stalled)")
-        if finished + rejected != len(recs):
-            stuck = [r.req.rid for r in recs if r.status not in ("finished", "rejected")]
+        arrived, finished, rejected = self.n_arrived, self.n_finished, self.n_rejected
+        if arrived != n:
+            problems.append(f"{n - arrived} of {n} requests never arrived (closed loop stalled)")
+        if finished + rejected != arrived:
+            stuck = [r.req.rid for r in self.records if r is not None and r.status not in ("finished", "rejected")]
             problems.append(
-                f"{len(recs)} arrived but {finished} finished and {rejected} were rejected; "
+                f"{arrived} arrived but {finished} finished and {rejected} were rejected; "
                 f"stuck: {stuck[:5]} (waiting {self.scheduler.n_waiting}, running "
                 f"{self.scheduler.running})"
             )
-        no_reason = [r.req.rid for r in recs if r.status == "rejected" and not r.reason]
-        if no_reason:
-            problems.append(f"rejected without a reason: {no_reason[:5]}")
+        if self.no_reason:
+            problems.append(f"rejected without a reason: {self.no_reason[:5]}")
         if c.inflight:
             problems.append(f"{len(c.inflight)} transfers still in flight")
         for name in ("ongoing_prefetch", "staged_prefetch", "ongoing_write", "ongoing_load"):
@@ -240,7 +273,7 @@ class World:
         in_tree = c.evictable_pages + c.protected_pages
         if c.device.used() != in_tree:
             problems.append(f"device pool has {c.device.used()} pages in use but the tree owns {in_tree}")
-        host_tree = c.residency()["host_pages"]
+        host_tree = c.residency_walk()["host_pages"]
         if c.host.used() != host_tree:
             problems.append(f"host pool has {c.host.used()} pages in use but the tree owns {host_tree}")
         tp = self.transport
@@ -263,7 +296,7 @@ class World:
         if clash:
             raise SimulationError(f"counter names used by both the core and the world: {sorted(clash)}")
         return TimedResult(
-            requests=[r.as_dict(self.page) for r in self.records if r is not None],
+            requests=self.rows,
             timeseries=self.timeseries.rows,
             links={name: link.stats(t_end) for name, link in self.links.items()},
             sim_time_s=t_end,
@@ -281,14 +314,26 @@ def run_timed(
     progress: Callable[[int], None] | None = None,
     compute: StepTimeModel | None = None,
     observer: Callable[[World], None] | None = None,
+    on_row: Callable[[dict], None] | None = None,
+    keep_transfers: bool = True,
 ) -> TimedResult:
     """Simulate ``workload`` on the resolved scenario in time.
 
     ``check_invariants`` runs the core's ``check`` after every scheduler step (slow; tests).
     ``progress(n)`` is called with the number of requests done (finished or rejected) so far.
     ``compute`` replaces the preset roofline (e.g. a calibrated model); ``observer(world)`` is
-    called after every simulation event (tests sample pool occupancy with it).
+    called after every simulation event (tests sample pool occupancy with it). ``on_row(row)``
+    takes each request's row in workload order as soon as it and every earlier one are done (then
+    ``TimedResult.requests`` stays empty: a streamed run holds no per-request rows);
+    ``keep_transfers=False`` keeps no transfer log.
     """
-    return World(resolved, workload, compute=compute, check_invariants=check_invariants, progress=progress).run(
-        observer
+    world = World(
+        resolved,
+        workload,
+        compute=compute,
+        check_invariants=check_invariants,
+        progress=progress,
+        on_row=on_row,
+        keep_transfers=keep_transfers,
     )
+    return world.run(observer)

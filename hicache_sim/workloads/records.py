@@ -62,10 +62,7 @@ def expand_blocks(
     else:
         tail_pages = tail_tokens // page_size
     if per_block == 1:
-        keys = list(hash_ids[:-1])
-        if tail_pages:
-            keys.append(hash_ids[-1])
-        return tuple(keys)
+        return tuple(hash_ids if tail_pages else hash_ids[:-1])
     keys = [h * per_block + j for h in hash_ids[:-1] for j in range(per_block)]
     last = hash_ids[-1]
     keys.extend(last * per_block + j for j in range(tail_pages))

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass
 
 import numpy as np
 
 from .client_loop import SenderSpec, no_load_order
 from .records import Request
+from .workload import Workload
 
 # Integer tags for stream ids: tuples of ints hash the same in every process (strings do not).
 CLIENT, SYSTEM, QUESTION, DOC, QUERY, PREFIX, OWN = range(1, 8)
@@ -48,23 +48,6 @@ def _lengths(rng: np.random.Generator, n: int, length: int, range_ratio: float) 
         return np.full(n, length, dtype=np.int64)
     lo = max(1, int(length * range_ratio))
     return rng.integers(lo, length + 1, size=n)
-
-
-@dataclass
-class Workload:
-    """Requests, and for closed-loop workloads how they are sent.
-
-    ``sender`` (closed loop, bench_multiturn): a session's turn t + 1 is sent only after turn t
-    finished, by the sender loop of ``client_loop.py``; ``requests`` are then in the order that loop
-    sends them under no load, with those send times as ``arrival_s`` (what instant mode replays).
-    """
-
-    requests: list[Request]
-    sender: SenderSpec | None = None
-
-    @property
-    def closed_loop(self) -> bool:
-        return self.sender is not None
 
 
 def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:

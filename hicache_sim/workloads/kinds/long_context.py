@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .. import synthetic
-from ..synthetic import Workload
+from ..workload import Workload
 from .registry import WORKLOAD_KINDS, BuildContext, KindSpec, WorkloadKind
 
 
@@ -26,6 +25,8 @@ class LongContextSpec(KindSpec):
 
 
 def build(spec: LongContextSpec, ctx: BuildContext) -> Workload:
+    from .. import synthetic  # numpy: imported when this kind is built
+
     return synthetic.long_context(spec, ctx.page_size, ctx.seed, ctx.partial_pages)
 
 

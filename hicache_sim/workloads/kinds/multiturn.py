@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .. import synthetic
-from ..synthetic import Workload
+from ..workload import Workload
 from .registry import WORKLOAD_KINDS, BuildContext, KindSpec, WorkloadKind
 
 
@@ -94,6 +93,8 @@ class MultiturnSpec(KindSpec):
 
 
 def build(spec: MultiturnSpec, ctx: BuildContext) -> Workload:
+    from .. import synthetic  # numpy: imported when this kind is built
+
     return synthetic.multiturn(spec, ctx.page_size, ctx.seed, ctx.partial_pages)
 
 

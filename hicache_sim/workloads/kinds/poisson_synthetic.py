@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .. import synthetic
-from ..synthetic import Workload
 from ..traces import load_azure, trace_path
+from ..workload import Workload
 from .registry import WORKLOAD_KINDS, BuildContext, KindSpec, WorkloadKind
 
 
@@ -26,6 +25,8 @@ class PoissonSpec(KindSpec):
 
 def build(spec: PoissonSpec, ctx: BuildContext) -> Workload:
     rows = load_azure(trace_path(spec.lengths_from, ctx.base_dir)) if spec.lengths_from else None
+    from .. import synthetic  # numpy: imported when this kind is built
+
     return synthetic.poisson_synthetic(spec, ctx.page_size, ctx.seed, ctx.partial_pages, rows)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ...core.registry import Registry
-from ..synthetic import Workload
+from ..workload import Workload
 
 #: The config of every scenario section (unknown keys are errors; infinity and NaN are never a size,
 #: a rate or a fraction), shared with ``scenario/schema.py``.

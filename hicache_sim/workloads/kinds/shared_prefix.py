@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .. import synthetic
-from ..synthetic import Workload
+from ..workload import Workload
 from .registry import WORKLOAD_KINDS, BuildContext, KindSpec, WorkloadKind
 
 
@@ -23,6 +22,8 @@ class SharedPrefixSpec(KindSpec):
 
 
 def build(spec: SharedPrefixSpec, ctx: BuildContext) -> Workload:
+    from .. import synthetic  # numpy: imported when this kind is built
+
     return synthetic.shared_prefix(spec, ctx.page_size, ctx.seed, ctx.partial_pages)
 
 

@@ -9,8 +9,8 @@ from pydantic import Field
 
 from ..errors import WorkloadError
 from ..records import Request
-from ..synthetic import Workload, stream_keys
 from ..traces import load_azure, load_bailian, load_mooncake, trace_path
+from ..workload import Workload
 from .registry import WORKLOAD_KINDS, BuildContext, KindSpec, WorkloadKind
 
 #: The loader of each format with block ids (page keys from the trace).
@@ -22,6 +22,9 @@ class TraceSpec(KindSpec):
     format: Literal["mooncake", "bailian", "azure"] = Field("mooncake", description="trace format")
     limit: int | None = Field(None, gt=0, description="first N requests only")
     time_scale: float = Field(1.0, gt=0, le=1e6, description="multiply arrival times (0.5 = twice the load)")
+    block_size: int | None = Field(
+        None, gt=0, description="tokens per hash id (default: 512 mooncake, 16 bailian; trace convert's --block-size)"
+    )
 
 
 def build(spec: TraceSpec, ctx: BuildContext) -> Workload:
@@ -29,8 +32,13 @@ def build(spec: TraceSpec, ctx: BuildContext) -> Workload:
     path = trace_path(spec.path, ctx.base_dir)
     if spec.format in BLOCK_LOADERS:
         load = BLOCK_LOADERS[spec.format]
-        reqs = load(path, ctx.page_size, partial_pages=ctx.partial_pages, limit=spec.limit, time_scale=spec.time_scale)
+        blocks = {} if spec.block_size is None else {"block_size": spec.block_size}
+        reqs = load(
+            path, ctx.page_size, partial_pages=ctx.partial_pages, limit=spec.limit, time_scale=spec.time_scale, **blocks
+        )
     else:
+        from ..synthetic import stream_keys  # numpy: imported for an Azure trace only
+
         rows = load_azure(path, limit=spec.limit, time_scale=spec.time_scale)
         # No prefix identity in the Azure trace: every request's pages are its own.
         reqs = [

@@ -1,0 +1,108 @@
+"""``hicache-sim from-sglang`` (an SGLang launch command -> a scenario) and ``hicache-sim sglang-args``
+(a scenario -> the launch flags that realise it). Imports what they use when they run."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import typer
+
+from . import app
+from .common import UserError, output_errors, user_errors
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _check_out(out: Path) -> None:
+    """A new file in an existing folder, or a scenario from-sglang wrote before (it is replaced)."""
+    from ..sglang.convert import HEADER
+
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a folder; expected a scenario file name")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: folder {out.parent} does not exist")
+    if out.exists():
+        try:
+            with out.open("rb") as f:
+                first = f.read(len(HEADER))
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot read it ({(e.strerror or type(e).__name__).lower()})") from None
+        if first != HEADER.encode():
+            raise UserError(f"--out {out}: exists and was not written by from-sglang; name a new file")
+
+
+@app.command(
+    "from-sglang",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def from_sglang(
+    command: list[str] = typer.Argument(
+        ...,
+        metavar="COMMAND",
+        help="the SGLang launch command after --: python -m sglang.launch_server --model-path ... "
+        "(or one quoted string)",
+    ),
+    out: Path | None = typer.Option(None, "--out", metavar="FILE", help="scenario YAML to write (default: stdout)"),
+    gpu: str = typer.Option("h200", "--gpu", metavar="NAME", help="GPU preset the server runs on"),
+    preset: str | None = typer.Option(
+        None, "--preset", metavar="NAME", help="model preset, for a --model-path not known by name"
+    ),
+    name: str = typer.Option("from_sglang", "--name", metavar="NAME", help="scenario name"),
+    mode: str = typer.Option("timed", "--mode", metavar="MODE", help="timed or instant"),
+) -> None:
+    """Write the scenario an SGLang launch command runs: HiCache flags, page size, chunked prefill,
+    batch limits, memory fraction, tp/pp, eviction and schedule policies, and the model. Flags SGLang
+    takes that the simulator does not model are listed in one warning; a flag SGLang does not know
+    is an error. Flags not given take SGLang's defaults."""
+    from ..sglang import from_command, scenario_yaml
+
+    with user_errors("from-sglang"):
+        if mode not in ("timed", "instant"):
+            raise UserError(f"--mode {mode}: expected timed or instant")
+        if out is not None:
+            _check_out(out)
+        conv = from_command(command, gpu=gpu, preset=preset, name=name, mode=mode)
+        text = scenario_yaml(conv, command)
+    for note in conv.notes:
+        typer.echo(f"warning: {note}", err=True)
+    if conv.env:
+        typer.echo(f"warning: environment not modelled: {' '.join(conv.env)}", err=True)
+    if conv.unmodelled:
+        typer.echo(f"warning: not modelled (no effect on the simulation): {' '.join(conv.unmodelled)}", err=True)
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    with output_errors(out):
+        _write_atomic(out, text)
+    typer.echo(f"wrote {out}")
+
+
+@app.command("sglang-args")
+def sglang_args(
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help="scenario YAML or builtin:NAME"),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a key (repeatable)"),
+) -> None:
+    """Print the SGLang launch command that realises SCENARIO (flags at SGLang's default are left
+    out); what no flag can say is a warning."""
+    from ..scenario import load_scenario
+    from ..sglang import to_command
+    from ..sglang.convert import command_line
+
+    with user_errors(scenario):
+        sc = load_scenario(scenario, set_)
+        tokens, notes = to_command(sc)
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
+    typer.echo(command_line(tokens))

@@ -1,0 +1,466 @@
+"""The SGLang flags the simulator models, as a table (data, not an if-chain): each row names the
+flags it reads, reads them from a launch command into scenario fields (SGLang's default when a flag
+is absent, for sglang ``SGLANG_VERSION``), and writes those fields back as flags (nothing when the
+value is SGLang's default).
+
+Defaults, from sglang 0.5.23 (``sglang/srt/arg_groups/fields/*.py`` and the resolution hooks):
+``--page-size`` 1 (64 with the flashmla backend, 64 unless 32 or 64 with trtllm_mla / cutedsl_mla),
+``--chunked-prefill-size`` by GPU memory (2048 under 20 GiB, 4096 under 60, 8192 under 160, else
+16384), ``--max-prefill-tokens`` 16384, ``--max-running-requests`` from the pool
+(``min(clamp(tokens / context_len x 512, 2048, 4096), tokens // 2)``, filled in by
+:mod:`.convert`), ``--schedule-policy`` fcfs, ``--radix-eviction-policy`` lru, HiCache off unless
+``--enable-hierarchical-cache``, then ``--hicache-ratio`` 2 (1.2 in buffer_only mode; ``--hicache-size``
+in GB overrides it), write_through, kernel io, page_first layout, prefetch policy timeout, and the
+storage prefetch knobs of ``--hicache-storage-backend-extra-config``: ``prefetch_threshold`` 256
+tokens, ``prefetch_timeout_base`` 1 s, ``prefetch_timeout_per_ki_token`` 0.25 s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, SCHEDULE_POLICIES, WRITE_POLICIES
+from ..hardware.memory import default_chunked_prefill_size
+from ..hardware.presets import MODELS, STORAGE
+from .flags import SglangArgsError
+from .models import hf_id, preset_for
+
+MISSING: Any = object()
+
+
+@dataclass
+class ReadContext:
+    """A parsed launch command being read: canonical flag -> value, the GPU's memory, notes."""
+
+    args: dict[str, Any]
+    memory_mib: float
+    preset: str | None = None  # the user's --preset for a model this does not know by name
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def hicache(self) -> bool:
+        return self.args.get("--enable-hierarchical-cache") is True
+
+    @property
+    def storage(self) -> bool:
+        return self.hicache and self.args.get("--hicache-storage-backend") is not None
+
+
+@dataclass
+class WriteContext:
+    """A resolved scenario being written as flags; ``notes`` collects what no flag can say."""
+
+    sc: Any  # Scenario
+    r: Any  # Resolved
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def memory_mib(self) -> float:
+        return self.sc.hardware.memory_mib or self.r.gpu.memory_mib
+
+    def get(self, dotted: str) -> Any:
+        node = self.sc
+        for part in dotted.split("."):
+            node = getattr(node, part)
+        return node
+
+
+@dataclass(frozen=True)
+class Row:
+    """One or more SGLang flags and the scenario fields they set. ``needs``: the flags matter to
+    SGLang only with HiCache on (``hicache``) or with a storage backend too (``storage``)."""
+
+    flags: tuple[str, ...]
+    read: Callable[[ReadContext], dict[str, Any]]
+    write: Callable[[WriteContext], list[str]]
+    needs: str = ""
+
+
+# ------------------------------------------------------------------------------------ values
+
+
+def _int(flag: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise SglangArgsError(f"{flag}: expected an integer, got {raw!r}") from None
+
+
+def _float(flag: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise SglangArgsError(f"{flag}: expected a number, got {raw!r}") from None
+
+
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _human_int(flag: str, raw: str) -> int:
+    """An integer with SGLang's optional suffix: k, M, G, T (decimals allowed) or Ki, Mi, Gi, Ti."""
+    text = raw.strip()
+    for table in (_IEC, _SI):
+        for suffix, mult in table.items():
+            if text.endswith(suffix) and text[: -len(suffix)]:
+                number = text[: -len(suffix)]
+                try:
+                    value = Decimal(number)
+                except InvalidOperation:
+                    break
+                if table is _IEC and "." in number:
+                    break
+                if value >= 0:
+                    return int(value * mult)
+    return _int(flag, text)
+
+
+def _json(flag: str, raw: str) -> dict:
+    if raw.startswith("@"):
+        raise SglangArgsError(f"{flag}: a config file ({raw}) is not read; give the JSON object itself")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise SglangArgsError(f"{flag}: expected a JSON object ({e.msg} at character {e.pos})") from None
+    if not isinstance(value, dict):
+        raise SglangArgsError(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _choice(modelled: list[str] | tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(flag: str, raw: str) -> str:
+        if raw not in modelled:
+            raise SglangArgsError(f"{flag} {raw}: not modelled by hicache-sim; modelled: {', '.join(modelled)}")
+        return raw
+
+    return parse
+
+
+def _text(v: Any) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# -------------------------------------------------------------------------------------- rows
+
+
+def field_row(
+    flag: str,
+    dotted: str,
+    parse: Callable[[str, str], Any],
+    *,
+    default: Any = MISSING,
+    show: Callable[[Any], str] = _text,
+    needs: str = "",
+) -> Row:
+    """A flag that sets one field. ``default``: SGLang's value when the flag is absent (a callable
+    takes the GPU memory in MiB); MISSING leaves the field to the scenario's own default."""
+
+    def sglang_default(memory_mib: float) -> Any:
+        return default(memory_mib) if callable(default) else default
+
+    def read(ctx: ReadContext) -> dict[str, Any]:
+        raw = ctx.args.get(flag)
+        if raw is None:
+            d = sglang_default(ctx.memory_mib)
+            return {} if d is MISSING else {dotted: d}
+        return {dotted: parse(flag, raw)}
+
+    def write(ctx: WriteContext) -> list[str]:
+        v = ctx.get(dotted)
+        if v == sglang_default(ctx.memory_mib):
+            return []
+        return [flag, show(v)]
+
+    return Row((flag,), read, write, needs)
+
+
+def _model_read(ctx: ReadContext) -> dict[str, Any]:
+    raw = ctx.args.get("--model-path")
+    if ctx.preset is not None:
+        if ctx.preset not in MODELS:
+            raise SglangArgsError(f"--preset {ctx.preset}: unknown model preset; known: {', '.join(MODELS.names())}")
+        return {"model.preset": ctx.preset}
+    if raw is None:
+        raise SglangArgsError("--model-path: missing (SGLang requires it); give it, or --preset NAME")
+    preset = preset_for(raw)
+    if preset is None:
+        raise SglangArgsError(
+            f"--model-path {raw}: not a model hicache-sim knows by name; rerun with --preset NAME for the "
+            f"preset of the same architecture (one of: {', '.join(MODELS.names())}), or write the scenario's "
+            "model section by hand: num_layers, num_kv_heads, head_dim, q_heads, params_b (attention: mla "
+            "with kv_lora_rank, qk_rope_head_dim)"
+        )
+    return {"model.preset": preset}
+
+
+def _model_write(ctx: WriteContext) -> list[str]:
+    m = ctx.sc.model
+    path = hf_id(m.preset) if m.preset else None
+    dims = [k for k in m.model_fields_set if k not in ("preset", "dtype")]
+    if path is None or dims:
+        ctx.notes.append("model: not a preset as published (explicit dimensions); --model-path must name those weights")
+    return ["--model-path", path or "PATH/TO/MODEL"]
+
+
+_KV_DTYPES = {"auto": "bf16", "bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+_KV_DTYPE_FLAG = {"bf16": None, "fp8": "fp8_e4m3"}
+
+
+def _kv_dtype_write(ctx: WriteContext) -> list[str]:
+    d = ctx.sc.model.dtype
+    if d not in _KV_DTYPE_FLAG:
+        ctx.notes.append(f"model.dtype={d}: SGLang's KV cache dtype is the model's (auto), bf16 or fp8 here")
+        return []
+    flag = _KV_DTYPE_FLAG[d]
+    return [] if flag is None else ["--kv-cache-dtype", flag]
+
+
+# Attention backends that fix the page size (sglang 0.5.23 _mla_backend_page_constraints): backend
+# -> (page sizes it keeps, the size it switches others to).
+_BACKEND_PAGES = {"flashmla": ((64,), 64), "trtllm_mla": ((32, 64), 64), "cutedsl_mla": ((32, 64), 64)}
+
+
+def _page_read(ctx: ReadContext) -> dict[str, Any]:
+    raw = ctx.args.get("--page-size")
+    page = 1 if raw is None else _int("--page-size", raw)
+    backend = ctx.args.get("--attention-backend")
+    if backend in _BACKEND_PAGES:
+        keep, forced = _BACKEND_PAGES[backend]
+        if page not in keep:
+            ctx.notes.append(f"--attention-backend {backend}: SGLang sets the page size to {forced} (was {page})")
+            page = forced
+    return {"cache.page_size": page}
+
+
+def _page_write(ctx: WriteContext) -> list[str]:
+    page = ctx.sc.cache.page_size
+    return [] if page == 1 else ["--page-size", str(page)]
+
+
+def _chunk_parse(flag: str, raw: str) -> int | None:
+    v = _int(flag, raw)
+    if v == -1:
+        return None
+    if v <= 0:
+        raise SglangArgsError(f"{flag}: expected a positive token count, or -1 (no chunking), got {raw!r}")
+    return v
+
+
+def _chunk_show(v: int | None) -> str:
+    return "-1" if v is None else str(v)
+
+
+def _max_running_write(ctx: WriteContext) -> list[str]:
+    from .convert import default_max_running_requests
+
+    v = ctx.sc.scheduler.max_running_requests
+    return [] if v == default_max_running_requests(ctx.r) else ["--max-running-requests", str(v)]
+
+
+def _max_running_read(ctx: ReadContext) -> dict[str, Any]:
+    raw = ctx.args.get("--max-running-requests")
+    return {} if raw is None else {"scheduler.max_running_requests": _int("--max-running-requests", raw)}
+
+
+# Host pool: ratio 2 (cache) or 1.2 (buffer_only) unless given; --hicache-size (GB, int) overrides.
+_DEFAULT_RATIO = {"cache": 2.0, "buffer_only": 1.2}
+_HOST_FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "--hicache-size", "--hicache-host-memory-mode")
+
+
+def _host_read(ctx: ReadContext) -> dict[str, Any]:
+    if not ctx.hicache:
+        return {"cache.host_tokens": 0}
+    mode = _choice(("cache", "buffer_only"))(
+        "--hicache-host-memory-mode", ctx.args.get("--hicache-host-memory-mode", "cache")
+    )
+    out: dict[str, Any] = {"cache.host_memory_mode": mode}
+    size = _int("--hicache-size", ctx.args.get("--hicache-size", "0"))
+    ratio = ctx.args.get("--hicache-ratio")
+    if size > 0:
+        if ratio is not None:
+            ctx.notes.append(f"--hicache-size {size} overrides --hicache-ratio {ratio} (as in SGLang)")
+        out["cache.host_size_gb"] = float(size)
+    elif ratio is not None:
+        value = _float("--hicache-ratio", ratio)
+        if value <= 0:
+            raise SglangArgsError(f"--hicache-ratio: expected a positive ratio, got {ratio!r}")
+        out["cache.host_ratio"] = value
+    return out
+
+
+def _host_write(ctx: WriteContext) -> list[str]:
+    c, r = ctx.sc.cache, ctx.r
+    if r.host_tokens == 0:
+        return []
+    out = ["--enable-hierarchical-cache"]
+    if c.host_memory_mode != "cache":
+        out += ["--hicache-host-memory-mode", c.host_memory_mode]
+    if c.host_size_gb is not None and float(c.host_size_gb).is_integer() and c.host_size_gb > 0:
+        return [*out, "--hicache-size", str(int(c.host_size_gb))]
+    if c.host_ratio is not None:
+        ratio = c.host_ratio
+    elif c.host_size_gb is None and c.host_tokens is None:
+        ratio = _DEFAULT_RATIO[c.host_memory_mode]
+    else:
+        ratio = float(f"{r.host_tokens / r.device_tokens:.6g}")
+        given = f"host_size_gb={c.host_size_gb}" if c.host_size_gb is not None else f"host_tokens={c.host_tokens}"
+        ctx.notes.append(
+            f"cache.{given}: SGLang sizes the host pool by --hicache-ratio or whole GB (--hicache-size); "
+            f"printed as the ratio of the resolved pools, {ratio}"
+        )
+    return out if ratio == _DEFAULT_RATIO[c.host_memory_mode] else [*out, "--hicache-ratio", _text(float(ratio))]
+
+
+def _write_policy_read(ctx: ReadContext) -> dict[str, Any]:
+    policy = _choice(WRITE_POLICIES.names())(
+        "--hicache-write-policy", ctx.args.get("--hicache-write-policy", "write_through")
+    )
+    if policy == "write_back" and ctx.args.get("--hicache-host-memory-mode") == "buffer_only" and ctx.storage:
+        ctx.notes.append("--hicache-write-policy write_back: SGLang runs write_through in buffer_only mode")
+        policy = "write_through"
+    return {"cache.write_policy": policy}
+
+
+# SGLang --hicache-storage-backend values that a storage preset of the same name models.
+SGLANG_STORAGE = tuple(n for n in STORAGE.names() if STORAGE.get(n).sglang_backend == n)
+
+
+def _storage_write(ctx: WriteContext) -> list[str]:
+    name = ctx.sc.cache.storage_backend
+    if name == "none":
+        return []
+    backend = STORAGE.get(name).sglang_backend
+    if STORAGE.canonical(name) != backend:
+        ctx.notes.append(f"cache.storage_backend={name}: a disk; SGLang runs it as its {backend} backend")
+    return ["--hicache-storage-backend", backend]
+
+
+# --hicache-storage-backend-extra-config keys modelled: key -> (cache field, SGLang's default, type).
+_EXTRA = {
+    "prefetch_threshold": ("cache.prefetch_threshold", 256, int),
+    "prefetch_timeout_base": ("cache.prefetch_timeout_base_s", 1.0, float),
+    "prefetch_timeout_per_ki_token": ("cache.prefetch_timeout_per_ki_token_s", 0.25, float),
+}
+_EXTRA_FLAG = "--hicache-storage-backend-extra-config"
+
+
+def _extra_read(ctx: ReadContext) -> dict[str, Any]:
+    raw = ctx.args.get(_EXTRA_FLAG)
+    given = _json(_EXTRA_FLAG, raw) if raw is not None else {}
+    out = {}
+    for key, (dotted, default, kind) in _EXTRA.items():
+        v = given.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or (kind is int and not isinstance(v, int)):
+            raise SglangArgsError(f"{_EXTRA_FLAG}: {key}: expected {'an integer' if kind is int else 'a number'}")
+        out[dotted] = kind(v)
+    other = sorted(k for k in given if k not in _EXTRA)
+    if other:
+        ctx.notes.append(f"{_EXTRA_FLAG}: not modelled: {', '.join(other)}")
+    return out
+
+
+def _extra_write(ctx: WriteContext) -> list[str]:
+    cfg = ctx.r.cache
+    now = {
+        "prefetch_threshold": cfg.prefetch_threshold_tokens,
+        "prefetch_timeout_base": cfg.timeout_base_s,
+        "prefetch_timeout_per_ki_token": cfg.timeout_per_ki_token_s,
+    }
+    differ = {k: v for k, v in now.items() if v != _EXTRA[k][1]}
+    if cfg.timeout_max_s is not None:
+        ctx.notes.append(
+            f"prefetch timeout cap {cfg.timeout_max_s} s (cache.semantics {ctx.sc.cache.semantics}): SGLang "
+            "0.5.23 has no cap"
+        )
+    return [_EXTRA_FLAG, json.dumps(differ, sort_keys=True)] if differ else []
+
+
+def _refuse(flag: str, why: str) -> Row:
+    def read(ctx: ReadContext) -> dict[str, Any]:
+        if ctx.args.get(flag) is not None:
+            raise SglangArgsError(f"{flag}: {why}")
+        return {}
+
+    return Row((flag,), read, lambda ctx: [])
+
+
+ROWS: tuple[Row, ...] = (
+    _refuse(
+        "--disable-radix-cache", "not modelled: the simulator is the radix (prefix) cache; without it nothing is reused"
+    ),
+    Row(("--model-path",), _model_read, _model_write),
+    Row(
+        ("--kv-cache-dtype",),
+        field_row(
+            "--kv-cache-dtype",
+            "model.dtype",
+            lambda f, raw: _KV_DTYPES[_choice(tuple(_KV_DTYPES))(f, raw)],
+            default="bf16",
+        ).read,
+        _kv_dtype_write,
+    ),
+    field_row("--tp-size", "hardware.tp", _int, default=1),
+    field_row("--pp-size", "hardware.pp", _int, default=1),
+    field_row("--mem-fraction-static", "hardware.mem_fraction_static", _float, default=None),
+    field_row("--cuda-graph-max-bs-decode", "hardware.cuda_graph_max_bs", _int, default=None),
+    field_row("--max-total-tokens", "cache.device_tokens", _human_int, default=None),
+    Row(("--page-size", "--attention-backend"), _page_read, _page_write),
+    field_row(
+        "--chunked-prefill-size",
+        "scheduler.chunked_prefill_size",
+        _chunk_parse,
+        default=default_chunked_prefill_size,
+        show=_chunk_show,
+    ),
+    field_row("--max-prefill-tokens", "scheduler.max_prefill_tokens", _human_int, default=16384),
+    Row(("--max-running-requests",), _max_running_read, _max_running_write),
+    field_row("--schedule-policy", "scheduler.schedule_policy", _choice(SCHEDULE_POLICIES.names()), default="fcfs"),
+    field_row(
+        "--radix-eviction-policy",
+        "cache.eviction_policy",
+        _choice([p for p in ("lru", "lfu", "slru", "priority") if p in EVICTION_STRATEGIES]),
+        default="lru",
+    ),
+    field_row(
+        "--radix-eviction-policy-config",
+        "cache.eviction_policy_config",
+        _json,
+        default={},
+        show=lambda v: json.dumps(v, sort_keys=True),
+    ),
+    Row(_HOST_FLAGS, _host_read, _host_write),
+    Row(
+        ("--hicache-write-policy",),
+        _write_policy_read,
+        field_row("--hicache-write-policy", "cache.write_policy", str, default="write_through").write,
+        "hicache",
+    ),
+    field_row(
+        "--hicache-io-backend", "cache.io_backend", _choice(("kernel", "direct")), default="kernel", needs="hicache"
+    ),
+    field_row(
+        "--hicache-mem-layout",
+        "cache.mem_layout",
+        _choice(("layer_first", "page_first", "page_first_direct")),
+        default="page_first",
+        needs="hicache",
+    ),
+    Row(
+        ("--hicache-storage-backend",),
+        field_row("--hicache-storage-backend", "cache.storage_backend", _choice(SGLANG_STORAGE), default="none").read,
+        _storage_write,
+        "hicache",
+    ),
+    field_row(
+        "--hicache-storage-prefetch-policy",
+        "cache.prefetch_policy",
+        _choice(PREFETCH_STOP_POLICIES.names()),
+        default="timeout",
+        needs="storage",
+    ),
+    Row((_EXTRA_FLAG,), _extra_read, _extra_write, "storage"),
+)

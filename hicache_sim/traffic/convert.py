@@ -1,0 +1,116 @@
+"""``trace convert``: a request log to a Mooncake-format trace (``timestamp`` in ms from the first
+arrival, ``input_length``, ``output_length``, ``hash_ids``: one chain-hash id per block of
+``block_size`` prompt tokens). Prompts are tokenised, hashed and dropped: nothing of their text or
+token ids reaches the output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..workloads.errors import WorkloadError
+from .blocks import BlockIds, chain_hashes
+from .chat import ChatFormatError, render_chat
+from .logs import LogRequest, Skipped, read_log
+from .tokenize import Tokenizer, load_tokenizer
+
+DEFAULT_BLOCK_SIZE = 512  # Mooncake's published traces
+
+
+@dataclass
+class Converted:
+    """The trace's lines (in arrival order) and what the report says about them."""
+
+    lines: list[dict]
+    skipped: list[Skipped]
+    notes: list[str] = field(default_factory=list)
+    tokenizer: str = ""
+    blocks: int = 0
+
+
+def _unique_digests(key: tuple, n_tokens: int, block_size: int) -> list[bytes]:
+    """Blocks no other request shares (a bench_serving request: only its length is known)."""
+    n_blocks = -(-n_tokens // block_size)
+    seed = repr(("length-only", *key)).encode()
+    return [hashlib.blake2b(seed + i.to_bytes(8, "little"), digest_size=16).digest() for i in range(n_blocks)]
+
+
+def _tokens(req: LogRequest, tokenizer: Tokenizer) -> list[int]:
+    kind, value = req.prompt
+    if kind == "messages":
+        return render_chat(value, tokenizer)
+    if kind == "text":
+        return tokenizer.encode(value)
+    return list(value)  # ids
+
+
+def convert_log(
+    path: str | Path,
+    *,
+    fmt: str = "auto",
+    tokenizer: str | Path | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    strict: bool = False,
+    run: int | None = None,
+) -> Converted:
+    """Read, tokenise and hash the log at ``path``. ``strict``: the first line that cannot be converted
+    is an error (``WorkloadError`` naming file and line) instead of a counted skip."""
+    if block_size < 1:
+        raise WorkloadError(str(path), None, f"--block-size must be >= 1, got {block_size}")
+    tok = load_tokenizer(tokenizer)
+    read = read_log(path, fmt, run)
+    skipped = list(read.skipped)
+    rows: list[tuple[float, int, int, list[bytes]]] = []
+    used_tokenizer = False
+    for req in read.requests:
+        if req.prompt[0] == "length":
+            _, _, n = req.prompt[1]
+            rows.append((req.arrival_s, n, req.output_tokens, _unique_digests(req.prompt[1], n, block_size)))
+            continue
+        try:
+            tokens = _tokens(req, tok)
+        except ChatFormatError as e:
+            skipped.append(Skipped(req.line, str(e)))  # chat messages come from JSON lines only
+            continue
+        used_tokenizer |= req.prompt[0] != "ids"
+        if not tokens:
+            skipped.append(Skipped(req.line, "the prompt has no tokens"))
+            continue
+        rows.append((req.arrival_s, len(tokens), req.output_tokens, chain_hashes(tokens, block_size)))
+    skipped.sort(key=lambda s: s.line)
+    if strict and skipped:
+        s = skipped[0]
+        if s.where:
+            raise WorkloadError(s.where, None, f"{s.reason} (--strict)")
+        raise WorkloadError(str(path), s.line, f"{s.reason} (--strict)")
+    if not rows:
+        first = ""
+        if skipped:
+            first = f" (first: {skipped[0].where or f'line {skipped[0].line}'}: {skipped[0].reason})"
+        raise WorkloadError(str(path), None, f"no request could be converted{first}")
+    rows.sort(key=lambda r: r[0])  # stable: file order on ties
+    t0 = rows[0][0]
+    ids = BlockIds()
+    lines = [
+        {
+            "timestamp": round((arrival - t0) * 1000),
+            "input_length": n_in,
+            "output_length": n_out,
+            "hash_ids": ids.ids(digests),
+        }
+        for arrival, n_in, n_out, digests in rows
+    ]
+    notes = list(read.notes)
+    if used_tokenizer and not tok.exact:
+        notes.append(f"no --tokenizer: token counts are approximate ({tok.name})")
+    name = tok.name if used_tokenizer else "token ids from the log (exact)"
+    if not used_tokenizer and all(r.prompt[0] == "length" for r in read.requests):
+        name = "lengths from the log (no prompts)"
+    return Converted(lines, skipped, notes, name, len(ids))
+
+
+def trace_text(conv: Converted) -> str:
+    """The trace as JSONL text (keys in Mooncake's order, one request a line)."""
+    return "".join(json.dumps(line, separators=(", ", ": ")) + "\n" for line in conv.lines)
