@@ -577,9 +577,13 @@ def test_short_help_and_version():
 
 
 def _verbs() -> list[str]:
+    """Every registered verb, and every subcommand of a verb group (``trace convert``)."""
     from hicache_sim.cli import app
 
-    return sorted(c.name or c.callback.__name__ for c in app.registered_commands)
+    verbs = [c.name or c.callback.__name__ for c in app.registered_commands]
+    for g in app.registered_groups:
+        verbs += [f"{g.name} {c.name or c.callback.__name__}" for c in g.typer_instance.registered_commands]
+    return sorted(verbs)
 
 
 @pytest.mark.parametrize("verb", _verbs())
@@ -587,7 +591,7 @@ def test_help_has_no_type_tags(verb):
     """Values are shown as click does (N, X, PATH, TEXT) or by their metavar, never as typer's tags."""
     import re
 
-    out = invoke(verb, "--help").output
+    out = invoke(*verb.split(), "--help").output
     assert not re.search(r"<(bool|str|int|float|path|list\[)[^>]*>", out), out
     args = re.findall(r"^  ([A-Za-z]+)  ", out.split("Options:")[0], flags=re.M)
     assert all(a.isupper() for a in args), args  # arguments are named in capitals, as in the usage line

@@ -25,7 +25,10 @@ def test_every_file_the_design_names_exists():
     named = set(re.findall(r"`((?:tests|docs)/[\w./-]+\.(?:py|md))`", DESIGN))
     named |= {
         f"hicache_sim/{p}"
-        for p in re.findall(r"`((?:core|sim|workloads|hardware|scenario|cli|output)/[\w/]+\.py)`", DESIGN)
+        for p in re.findall(
+            r"`((?:core|sim|workloads|hardware|scenario|cli|output|traffic|sglang|calibration|replay)/[\w/]+\.py)`",
+            DESIGN,
+        )
     }
     assert len(named) >= 10, named
     assert not [p for p in sorted(named) if not (ROOT / p).is_file()]

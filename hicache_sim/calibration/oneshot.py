@@ -275,21 +275,7 @@ def run_oneshot(
     df, sweep_wall = stage("sweep_s", sweep)
     name = str(df["device_name"].iloc[0]) if len(df) else name  # as measured (CPU: the sweep's torch threads)
     atomic_write(folder / "measurements.parquet", lambda p: df.to_parquet(p, index=False))
-    sweep_meta = {
-        "device": dev.type,
-        "device_name": name,
-        "rows": len(df),
-        "wall_s": round(sweep_wall, 2),
-        "page_counts": list(cfg.page_counts),
-        "page_sizes": list(cfg.page_sizes),
-        "layouts": list(cfg.layouts),
-        "io_backends": list(cfg.io_backends),
-        "operations": [list(op) for op in cfg.operations()],
-        "repeats": cfg.repeats,
-        "seed": cfg.seed,
-        "model": {k: getattr(cfg.shape, k) for k in ("num_layers", "kv_factor", "heads", "head_dim", "dtype")},
-        "cpu_threads": cfg.cpu_threads,
-    }
+    sweep_meta = rp.sweep.sweep_metadata(cfg, df, dev, sweep_wall)
     write_text_atomic(folder / "sweep.json", json.dumps(sweep_meta, indent=2) + "\n")
 
     def fit():
