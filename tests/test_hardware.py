@@ -140,20 +140,35 @@ def test_pp_must_divide_the_layers():
 # ---------------------------------------------------------------------------- model presets
 
 
-@pytest.mark.parametrize(
-    ("name", "kv_bytes"),
-    [
-        ("qwen3-14b", 2 * 40 * 8 * 128 * 2),
-        ("qwen3-235b-a22b", 2 * 94 * 4 * 128 * 2),  # 188 KiB
-        ("llama-3.1-405b", 2 * 126 * 8 * 128 * 2),
-        ("glm-4.5", 2 * 92 * 8 * 128 * 2),
-        ("deepseek-r1", 61 * (512 + 64) * 2),  # MLA: one latent + rope key per layer, no per-head K/V
-    ],
-)
-def test_new_model_presets_give_config_json_kv_bytes(name, kv_bytes):
+#: KV bytes per token (bf16, one rank) of every model preset, from each checkpoint's config.json:
+#: 2 (K and V) x num_hidden_layers x num_key_value_heads x head_dim x 2 bytes; MLA (DeepSeek V3/R1)
+#: caches one latent (kv_lora_rank 512) plus the rope key (qk_rope_head_dim 64) per layer.
+CONFIG_JSON_KV_BYTES = {
+    "llama-3.1-8b": 2 * 32 * 8 * 128 * 2,
+    "llama-3.1-70b": 2 * 80 * 8 * 128 * 2,
+    "llama-3.1-405b": 2 * 126 * 8 * 128 * 2,
+    "qwen2.5-7b": 2 * 28 * 4 * 128 * 2,
+    "qwen2.5-72b": 2 * 80 * 8 * 128 * 2,
+    "qwen3-8b": 2 * 36 * 8 * 128 * 2,
+    "qwen3-14b": 2 * 40 * 8 * 128 * 2,
+    "qwen3-32b": 2 * 64 * 8 * 128 * 2,
+    "qwen3-30b-a3b": 2 * 48 * 4 * 128 * 2,
+    "qwen3-235b-a22b": 2 * 94 * 4 * 128 * 2,  # 188 KiB
+    "glm-4.5": 2 * 92 * 8 * 128 * 2,
+    "deepseek-v3": 61 * (512 + 64) * 2,
+    "deepseek-r1": 61 * (512 + 64) * 2,  # MLA: one latent + rope key per layer, no per-head K/V
+}
+
+
+def test_every_model_preset_has_its_config_json_kv_bytes():
+    """A preset added to hardware/presets.py without its config.json figure here fails."""
+    assert set(MODELS.names()) == set(CONFIG_JSON_KV_BYTES)
+
+
+@pytest.mark.parametrize(("name", "kv_bytes"), sorted(CONFIG_JSON_KV_BYTES.items()))
+def test_model_presets_give_config_json_kv_bytes(name, kv_bytes):
     r = resolved(model=name, cache={"device_tokens": 64 * 10})
     assert r.bytes_per_token == kv_bytes
-    assert name in MODELS
 
 
 def test_mla_kv_is_replicated_over_tp_and_split_over_pp():

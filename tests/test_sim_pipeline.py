@@ -73,6 +73,22 @@ def test_pipelined_requests_decode_and_finish():
     assert min(_ttfts(res)) == pytest.approx(4 * T)
 
 
+def test_a_pipelined_decode_step_pays_the_step_overhead_once_per_micro_batch():
+    # Two 4-page prompts in one prefill batch on pp = 2: the first stage takes T + O (one overhead),
+    # the second T more, so both first tokens come at 2T + O. Each decode step then runs two
+    # micro-batches of one request: 2 O of scheduling + D, for the 4 remaining tokens.
+    o, d, n = 0.0005, 0.002, 5
+    wl = Workload([req("a", 0.0, range(1, 5), out=n), req("b", 0.0, range(100, 104), out=n)])
+    res = run_timed(
+        resolved(hardware={"pp": 2}),
+        wl,
+        compute=FixedCompute(T, decode_s=d, pp=2, step_overhead_s=o),
+        check_invariants=True,
+    )
+    assert _ttfts(res) == pytest.approx([2 * T + o] * 2, abs=1e-12)
+    assert [x["e2e_s"] for x in res.requests] == pytest.approx([2 * T + o + (n - 1) * (2 * o + d)] * 2, abs=1e-12)
+
+
 def test_a_chunked_prompt_under_pp_is_scheduled_once_per_chunk():
     """A 12-page prompt under a 4-page chunk budget: three chunks, each entering the pipeline when the
     previous one leaves the first stage (not when it leaves the last), none scheduled twice. Before the

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import simpy
-from conftest import new_cache, put
+from conftest import new_cache, put, settle
 from test_sim_support import FixedCompute
 
 from hicache_sim.sim.engine import Scheduler, SchedulerPolicy
@@ -240,3 +240,59 @@ def test_kv_tokens_of_a_decode_step_count_each_members_cache_and_current_token()
     _decoding(s, _sim_request("B", 1000, 30, out=50))
     assert s.decoding.kv_tokens_next() == 12 + 31
     assert s.decoding.generated(a) == 1
+
+
+def test_without_chunked_prefill_the_input_budget_charges_only_what_is_not_on_host():
+    # max_prefill_tokens 150, no chunked prefill. W1 (100 new tokens) leaves 50. W2's 100-token prompt
+    # has its first 60 tokens on host only (backed up, then evicted from the device): SGLang charges
+    # real_input = 100 - 60 = 40 < 50, so W2 joins the batch (charged its whole 100 it would not: 100 >= 50).
+    cache = new_cache(page_size=1, device_pages=1000, host_pages=1000)
+    put(cache, list(range(5000, 5060)))
+    settle(cache)
+    assert cache.evict(60) == 60
+    settle(cache)
+    s = Scheduler(
+        simpy.Environment(),
+        cache,
+        FixedCompute(prefill_s=0.01),
+        _NoTransport(),
+        SchedulerPolicy(max_prefill_tokens=150, chunked_prefill_tokens=None),
+        storage_latency_s=0.0,
+        on_done=lambda r: None,
+    )
+    w1 = _sim_request("W1", 1, 100, out=4)
+    keys = tuple(range(5000, 5060)) + tuple(range(9000, 9040))
+    q = Request("W2", 0.0, 100, 4, keys)
+    w2 = SimRequest(q, RequestRecord(q), list(keys), 100, 1, seq_tokens=100)
+    assert _admit(s, w1, w2) == [True, True]
+    assert w2.st.host_hit == 60 and w2.st.device_hit == 0
+
+
+def test_a_lone_request_that_cannot_grow_is_rejected_not_left_waiting():
+    # L decodes alone and holds all 20 pages; its next token needs a 21st. Nothing else to retract and
+    # no transfer in flight that could give pages back: SGLang's only way out is to drop it.
+    s = _scheduler(device_pages=20)
+    r = _decoding(s, _sim_request("L", 1, 20, out=50))
+    assert s.cache.device.available() == 0
+    assert s._form_decode() is None
+    assert r.rec.status == "rejected" and r.st is None
+    assert s.counters["rejected_requests"] == 1 and s.counters["retractions"] == 0
+    assert len(s.decoding) == 0 and s.cache.device.available() == 20  # its pages came back
+
+
+def test_a_skipped_prefetch_wakes_the_scheduler_at_its_timeout():
+    # 2026 semantics: timeout = 2.0 s + 0.1 s per 1024 hit tokens, capped at 30 s. A prefetch that
+    # started at 0.5 s with 2048 hit tokens (page size 1) may stop at 0.5 + 2.0 + 0.2 = 2.7 s; the
+    # wake is armed at 1.0 s (when the request was skipped) for that absolute time, once.
+    from hicache_sim.core.prefetch_op import PrefetchOp
+
+    s = _scheduler(device_pages=16)
+    env = s.env
+    env.run(until=1.0)
+    s.cache.ongoing_prefetch["R"] = PrefetchOp("R", s.cache.root, "none", [], [], start_time=0.5, hit_pages=2048)
+    rang = []
+    s.wake = lambda: rang.append(env.now)
+    s._wake_at_prefetch_timeout("R")
+    s._wake_at_prefetch_timeout("R")  # skipped again before the timeout: no second timer
+    env.run()
+    assert rang == [pytest.approx(2.7, abs=1e-8)]

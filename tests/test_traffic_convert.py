@@ -244,3 +244,11 @@ def test_bench_multiturn_summary_is_refused_with_what_to_do(tmp_path):
 def test_format_can_be_forced(tmp_path):
     r, _ = convert(tmp_path, "sglang_requests.jsonl", "--format", "openai")
     assert_user_error(r, "no request could be converted", "line 1", "'messages'")
+
+
+def test_every_log_reader_is_a_format_choice():
+    """A reader added to traffic/logs.py is offered by ``trace convert --format`` (and only readers are)."""
+    from hicache_sim.cli.trace import FORMATS
+    from hicache_sim.traffic.logs import READERS
+
+    assert set(FORMATS) - {"auto"} == set(READERS)

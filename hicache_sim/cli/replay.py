@@ -229,28 +229,7 @@ def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, thread
         df = rp.run_sweep(cfg, dev, progress=bar.advance)
     elapsed = time.perf_counter() - t0
     atomic_write(folder / "measurements.parquet", lambda p: df.to_parquet(p, index=False))
-    s = cfg.shape
-    meta = {
-        "device": dev.type,
-        "device_name": str(df["device_name"].iloc[0]) if len(df) else "",
-        "rows": len(df),
-        "wall_s": round(elapsed, 1),
-        "page_counts": list(cfg.page_counts),
-        "page_sizes": list(cfg.page_sizes),
-        "layouts": list(cfg.layouts),
-        "io_backends": list(cfg.io_backends),
-        "operations": [list(op) for op in cfg.operations()],
-        "repeats": cfg.repeats,
-        "seed": cfg.seed,
-        "model": {
-            "num_layers": s.num_layers,
-            "kv_factor": s.kv_factor,
-            "heads": s.heads,
-            "head_dim": s.head_dim,
-            "dtype": s.dtype,
-        },
-        "cpu_threads": threads,
-    }
+    meta = rp.sweep.sweep_metadata(cfg, df, dev, elapsed)
     atomic_write(folder / "sweep.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8"))
     mark_files(folder, SWEEP_FILES)
     typer.echo(f"sweep: {len(df)} measurements on {dev.type} in {elapsed:.1f} s")

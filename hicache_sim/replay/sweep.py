@@ -68,6 +68,32 @@ class SweepConfig:
         return per * len(self.page_sizes) * len(self.layouts) * len(self.io_backends)
 
 
+def sweep_metadata(cfg: SweepConfig, df: pd.DataFrame, device: torch.device, wall_s: float) -> dict:
+    """What ``sweep.json`` records beside the measurements: the grid, the model, the device, the time."""
+    s = cfg.shape
+    return {
+        "device": device.type,
+        "device_name": str(df["device_name"].iloc[0]) if len(df) else "",
+        "rows": len(df),
+        "wall_s": round(wall_s, 1),
+        "page_counts": list(cfg.page_counts),
+        "page_sizes": list(cfg.page_sizes),
+        "layouts": list(cfg.layouts),
+        "io_backends": list(cfg.io_backends),
+        "operations": [list(op) for op in cfg.operations()],
+        "repeats": cfg.repeats,
+        "seed": cfg.seed,
+        "model": {
+            "num_layers": s.num_layers,
+            "kv_factor": s.kv_factor,
+            "heads": s.heads,
+            "head_dim": s.head_dim,
+            "dtype": s.dtype,
+        },
+        "cpu_threads": cfg.cpu_threads,
+    }
+
+
 def run_sweep(cfg: SweepConfig, device: torch.device, *, progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Run the grid on ``device``; one row per measurement (plus ``repeat`` and ``point``).
 
