@@ -17,6 +17,7 @@ from .output.summary import build_summary
 from .output.write import staged_folder
 from .scenario import Resolved, Scenario, resolve, scenario_dump
 from .workloads.build import build_workload
+from .workloads.records import page_tokens
 from .workloads.synthetic import Workload
 
 
@@ -65,11 +66,12 @@ def _memory(r: Resolved) -> dict | None:
     }
 
 
-def _token_hits(req, page_size: int, d: int, h: int, s: int) -> tuple[int, int, int]:
-    """Tokens of the device, host and storage hit pages (the hit pages form a prefix in that order)."""
-    td = req.page_tokens(page_size, d)
-    th = req.page_tokens(page_size, d + h) - td
-    ts = req.page_tokens(page_size, d + h + s) - td - th
+def _token_hits(inp: int, n: int, page_size: int, d: int, h: int, s: int) -> tuple[int, int, int]:
+    """Tokens of the device, host and storage hit pages of an ``inp``-token prompt of ``n`` pages (the
+    hit pages form a prefix in that order)."""
+    td = page_tokens(inp, n, page_size, d)
+    th = page_tokens(inp, n, page_size, d + h) - td
+    ts = page_tokens(inp, n, page_size, d + h + s) - td - th
     return td, th, ts
 
 
@@ -91,6 +93,16 @@ def run_instant_scenario(
     chunk_pages = max(1, chunk // page) if chunk else None
     every = max(1, len(reqs) // 200)
     series: list[dict] = []
+    # What the rows need of each request, kept as it streams past (the requests themselves are not:
+    # a lazy trace is read once, in order, and only these columns grow with it).
+    seen: dict[str, list] = {"rid": [], "arrival_s": [], "input_tokens": [], "output_tokens": []}
+
+    def stream():
+        keep = [seen[name].append for name in seen]
+        for req in reqs:
+            for append, v in zip(keep, (req.rid, req.arrival_s, req.input_tokens, req.output_tokens), strict=True):
+                append(v)
+            yield req
 
     def sample(i: int, cache) -> None:
         if progress is not None:
@@ -100,7 +112,7 @@ def run_instant_scenario(
             series.append(
                 {
                     "request": i,
-                    "t_s": reqs[i].arrival_s,
+                    "t_s": seen["arrival_s"][i],
                     **res,
                     "device_used_pages": cache.device.used(),
                     "host_used_pages": cache.host.used(),
@@ -109,7 +121,7 @@ def run_instant_scenario(
 
     out = run_instant(
         r.cache,
-        reqs,
+        stream(),
         chunk_pages=chunk_pages,
         reserve_last_token=sc.scheduler.reserve_last_token,
         check_invariants=check_invariants,
@@ -136,16 +148,16 @@ def run_instant_scenario(
     )
     cols: dict[str, list] = {name: [] for name in names}
     add = [cols[name].append for name in names]
-    for i, req in enumerate(reqs):
+    for i, (rid, arrival, inp, outp) in enumerate(zip(*seen.values(), strict=True)):
         d, h, s = out.device_hit[i], out.host_hit[i], out.storage_hit[i]
-        td, th, ts = _token_hits(req, page, d, h, s)
-        no = req.rid in rejected
+        td, th, ts = _token_hits(inp, out.prompt_pages[i], page, d, h, s)
+        no = rid in rejected
         values = (
-            req.rid,
-            req.arrival_s,
-            req.input_tokens,
-            req.output_tokens,
-            req.input_tokens,
+            rid,
+            arrival,
+            inp,
+            outp,
+            inp,
             out.prompt_pages[i],
             d,
             h,

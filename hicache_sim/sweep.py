@@ -4,6 +4,7 @@ table with the standard figures."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterable
@@ -70,11 +71,13 @@ def cached_workload(sc, page_size: int, base_dir: str | None):
     """The point's workload, parsed once per process and reused by every point that shares its key
     (requests are frozen; a run only reads the list)."""
     from .workloads.build import build_workload
+    from .workloads.lazy import materialised
 
     key = workload_key(sc, page_size, base_dir)
     wl = _WORKLOADS.pop(key, None)
     if wl is None:
         wl = build_workload(sc, page_size, base_dir)
+        wl = dataclasses.replace(wl, requests=materialised(wl.requests))  # read the file once, not per point
     _WORKLOADS[key] = wl  # most recently used last
     while len(_WORKLOADS) > WORKLOAD_CACHE_SIZE:
         del _WORKLOADS[next(iter(_WORKLOADS))]

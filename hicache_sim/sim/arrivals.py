@@ -16,6 +16,7 @@ import simpy
 
 from ..workloads import Request
 from ..workloads.client_loop import ClientLoop
+from ..workloads.lazy import arrival_times
 from ..workloads.synthetic import Workload
 
 Deliver = Callable[[int, Request], None]  # (position in the workload, request)
@@ -29,7 +30,7 @@ class OpenLoop:
     def __init__(self, env: simpy.Environment, workload: Workload, deliver: Deliver) -> None:
         self.env = env
         self.requests = workload.requests
-        times = [r.arrival_s for r in self.requests]
+        times = arrival_times(self.requests)
         self.order = sorted(range(len(times)), key=times.__getitem__)
         self.deliver = deliver
         self.delivered = 0

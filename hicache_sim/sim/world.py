@@ -19,6 +19,7 @@ import simpy
 from ..core import HiCache, check
 from ..scenario import Resolved
 from ..workloads import Request
+from ..workloads.lazy import rids_known_unique
 from ..workloads.synthetic import Workload
 from .arrivals import arrivals_for
 from .compute import ComputeModel, StepTimeModel
@@ -110,7 +111,7 @@ class World:
             check_invariants=check_invariants,
         )
         n = len(workload.requests)
-        if len({r.rid for r in workload.requests}) != n:
+        if not rids_known_unique(workload.requests) and len({r.rid for r in workload.requests}) != n:
             raise SimulationError("request ids are not unique in the workload")
         # A record lives from its arrival until it and every request before it in workload order are
         # done; then its row goes to ``on_row`` (or the kept list) and the record is dropped. Memory

@@ -30,9 +30,7 @@ class Request:
 
     def page_tokens(self, page_size: int, k: int) -> int:
         """Tokens in the first ``k`` pages (the last page may be partial)."""
-        if k <= 0:
-            return 0
-        return min(k * page_size, self.input_tokens) if k >= len(self.page_keys) else k * page_size
+        return page_tokens(self.input_tokens, len(self.page_keys), page_size, k)
 
     def match_limit(self, page_size: int, reserve_last_token: bool) -> int:
         """Pages the scheduler may match: all, or (SGLang) never the page holding the last token."""
@@ -40,6 +38,14 @@ class Request:
         if not reserve_last_token:
             return n
         return min(n, max(0, (self.input_tokens - 1) // page_size))
+
+
+def page_tokens(input_tokens: int, n_pages: int, page_size: int, k: int) -> int:
+    """Tokens in the first ``k`` of a prompt's ``n_pages`` pages (``Request.page_tokens`` from the counts
+    alone: a runner keeps them, not the request)."""
+    if k <= 0:
+        return 0
+    return min(k * page_size, input_tokens) if k >= n_pages else k * page_size
 
 
 def expand_blocks(

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from .errors import WorkloadError
+from .lazy import LazyRequests
 from .records import Request, expand_blocks
 
 TRACES_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
@@ -69,28 +73,170 @@ def _utf8_lines(path: str, f):
             raise WorkloadError(path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
 
 
-def _read_jsonl(path: str, limit: int | None):
+def _open_trace(path: str):
     p = Path(path)
     if not p.is_file():
         raise WorkloadError(path, None, "trace file not found" if not p.is_dir() else "is a folder, not a trace file")
-    with p.open("rb") as f:
-        n = 0
-        for lineno, text in _utf8_lines(path, f):
+    return p.open("rb")
+
+
+def _object(path: str, lineno: int, text: str) -> dict:
+    """The line's JSON object, or an error naming the line."""
+    try:
+        obj = _loads(text)
+    except json.JSONDecodeError as e:
+        raise WorkloadError(path, lineno, f"not valid JSON ({e.msg})") from None
+    if type(obj) is not dict:
+        raise WorkloadError(path, lineno, "expected a JSON object per line")
+    return obj
+
+
+def _read_jsonl(path: str, limit: int | None):
+    """(byte offset, line number, object) of the first ``limit`` non-blank lines."""
+    with _open_trace(path) as f:
+        n = offset = 0
+        for lineno, raw in enumerate(f, 1):
+            start = offset
+            offset += len(raw)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise WorkloadError(path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
             if not text.strip():
                 continue
-            try:
-                obj = _loads(text)
-            except json.JSONDecodeError as e:
-                raise WorkloadError(path, lineno, f"not valid JSON ({e.msg})") from None
-            if type(obj) is not dict:
-                raise WorkloadError(path, lineno, "expected a JSON object per line")
-            yield lineno, obj
+            yield start, lineno, _object(path, lineno, text)
             n += 1
             if limit is not None and n >= limit:
                 return
 
 
-def load_mooncake(
+@dataclass(frozen=True)
+class _Format:
+    """A block-id trace format: ``check(obj, path, lineno) -> arrival value`` validates a line (every
+    error names it) and ``make(obj, lineno, arrival_s, keys) -> Request`` builds its request."""
+
+    check: Callable[[dict, str, int, int], float]
+    make: Callable[[dict, int, float, tuple[int, ...]], Request]
+    #: The request id a line gets, or None where it is ``r<line number>`` (distinct by construction).
+    rid: Callable[[dict], str] | None
+
+
+class _LineRequests:
+    """Request ``i`` of a block-id trace: line ``lines[i]`` read again from its byte offset, checked
+    again (a file changed under the run is an error naming the line, never a wrong request) and built."""
+
+    def __init__(self, path, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size) -> None:
+        self.path, self.fmt = path, fmt
+        self.offsets, self.lines, self.arrivals = offsets, lines, arrivals
+        self.page_size, self.partial_pages, self.block_size = page_size, partial_pages, block_size
+        self._file = None
+
+    def __call__(self, i: int) -> Request:
+        f = self._file
+        if f is None:
+            f = self._file = _open_trace(self.path)
+        f.seek(self.offsets[i])
+        lineno = self.lines[i]
+        raw = f.readline()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise WorkloadError(self.path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
+        obj = _object(self.path, lineno, text)
+        self.fmt.check(obj, self.path, lineno, self.block_size)
+        keys = expand_blocks(obj["hash_ids"], obj["input_length"], self.block_size, self.page_size, self.partial_pages)
+        return self.fmt.make(obj, lineno, self.arrivals[i], keys)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_file": None}
+
+    def __del__(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def open_block_trace(
+    fmt: _Format,
+    path: str | Path,
+    page_size: int,
+    partial_pages: str,
+    limit: int | None,
+    time_scale: float,
+    block_size: int,
+) -> LazyRequests:
+    """A block-id trace's requests in arrival order (file order on ties), built from the file when read.
+
+    A first pass checks every line (so a bad line fails the run before it starts, whatever its place)
+    and keeps per request only its byte offset, line number and arrival time (24 bytes): what sorting
+    by timestamp needs. Page keys are made when a request is read."""
+    path = str(path)
+    _check_page_size(path, block_size, page_size)
+    offsets, lines, arrivals = array("q"), array("q"), array("d")
+    rids: set[str] = set()  # ids from the lines (a Bailian chat_id): checked distinct, then dropped
+    for offset, lineno, obj in _read_jsonl(path, limit):
+        arrivals.append(fmt.check(obj, path, lineno, block_size) * time_scale)
+        offsets.append(offset)
+        lines.append(lineno)
+        if fmt.rid is not None:
+            rids.add(fmt.rid(obj))
+    order = range(len(arrivals))
+    if any(arrivals[i] > arrivals[i + 1] for i in range(len(arrivals) - 1)):
+        order = sorted(order, key=arrivals.__getitem__)  # stable: file order on ties
+        offsets, lines, arrivals = (array(a.typecode, map(a.__getitem__, order)) for a in (offsets, lines, arrivals))
+    make = _LineRequests(path, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size)
+    unique = fmt.rid is None or len(rids) == len(arrivals)
+    return LazyRequests(len(arrivals), make, arrivals, unique_rids=unique)
+
+
+def _mooncake_check(obj: dict, path: str, lineno: int, block_size: int) -> float:
+    ts = _int_field(obj, "timestamp", path, lineno)
+    inp = _int_field(obj, "input_length", path, lineno, 1)
+    _int_field(obj, "output_length", path, lineno)
+    ids = _hash_ids(obj, path, lineno)
+    if len(ids) != -(-inp // block_size):
+        raise WorkloadError(
+            path,
+            lineno,
+            f"{len(ids)} hash_ids for input_length {inp}: expected ceil({inp}/{block_size}) = {-(-inp // block_size)}",
+        )
+    return ts / 1000.0
+
+
+def _mooncake_make(obj: dict, lineno: int, arrival_s: float, keys: tuple[int, ...]) -> Request:
+    return Request(f"r{lineno}", arrival_s, obj["input_length"], obj["output_length"], keys)
+
+
+def _bailian_check(obj: dict, path: str, lineno: int, block_size: int) -> float:
+    if obj.get("chat_id") is None:
+        raise WorkloadError(path, lineno, "missing field 'chat_id'")
+    ts = obj.get("timestamp")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+        raise WorkloadError(path, lineno, f"field 'timestamp' must be a number of seconds >= 0, got {ts!r}")
+    _int_field(obj, "input_length", path, lineno, 1)
+    _int_field(obj, "output_length", path, lineno)
+    _hash_ids(obj, path, lineno)
+    return float(ts)
+
+
+def _bailian_rid(obj: dict) -> str:
+    return f"c{obj['chat_id']}"
+
+
+def _bailian_make(obj: dict, lineno: int, arrival_s: float, keys: tuple[int, ...]) -> Request:
+    chat = obj["chat_id"]
+    parent = obj.get("parent_chat_id", -1)
+    session = str(chat if parent in (-1, None) else parent)
+    turn = obj.get("turn", 0) if isinstance(obj.get("turn", 0), int) else 0
+    return Request(
+        _bailian_rid(obj), arrival_s, obj["input_length"], obj["output_length"], keys, session=session, turn=turn
+    )
+
+
+MOONCAKE = _Format(_mooncake_check, _mooncake_make, None)
+BAILIAN = _Format(_bailian_check, _bailian_make, _bailian_rid)
+
+
+def open_mooncake(
     path: str | Path,
     page_size: int,
     *,
@@ -98,33 +244,16 @@ def load_mooncake(
     limit: int | None = None,
     time_scale: float = 1.0,
     block_size: int = MOONCAKE_BLOCK_TOKENS,
-) -> list[Request]:
+) -> LazyRequests:
     """Mooncake FAST'25 trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``.
 
-    Returns requests in timestamp order (file order on ties). ``time_scale`` multiplies arrival times.
+    Requests in timestamp order (file order on ties), read from the file when asked for (see
+    :func:`open_block_trace`). ``time_scale`` multiplies arrival times.
     """
-    path = str(path)
-    _check_page_size(path, block_size, page_size)
-    out = []
-    for lineno, obj in _read_jsonl(path, limit):
-        ts = _int_field(obj, "timestamp", path, lineno)
-        inp = _int_field(obj, "input_length", path, lineno, 1)
-        outp = _int_field(obj, "output_length", path, lineno)
-        ids = _hash_ids(obj, path, lineno)
-        if len(ids) != -(-inp // block_size):
-            raise WorkloadError(
-                path,
-                lineno,
-                f"{len(ids)} hash_ids for input_length {inp}: expected "
-                f"ceil({inp}/{block_size}) = {-(-inp // block_size)}",
-            )
-        keys = expand_blocks(ids, inp, block_size, page_size, partial_pages)
-        out.append(Request(f"r{lineno}", ts / 1000.0 * time_scale, inp, outp, keys))
-    out.sort(key=lambda r: r.arrival_s)
-    return out
+    return open_block_trace(MOONCAKE, path, page_size, partial_pages, limit, time_scale, block_size)
 
 
-def load_bailian(
+def open_bailian(
     path: str | Path,
     page_size: int,
     *,
@@ -132,29 +261,21 @@ def load_bailian(
     limit: int | None = None,
     time_scale: float = 1.0,
     block_size: int = BAILIAN_BLOCK_TOKENS,
-) -> list[Request]:
+) -> LazyRequests:
     """Alibaba Qwen-Bailian trace: ``chat_id``, ``parent_chat_id`` (-1 for a root), ``timestamp`` (s),
-    ``input_length``, ``output_length``, ``turn``, ``hash_ids`` (16-token salted blocks)."""
-    path = str(path)
-    _check_page_size(path, block_size, page_size)
-    out = []
-    for lineno, obj in _read_jsonl(path, limit):
-        chat = obj.get("chat_id")
-        if chat is None:
-            raise WorkloadError(path, lineno, "missing field 'chat_id'")
-        ts = obj.get("timestamp")
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
-            raise WorkloadError(path, lineno, f"field 'timestamp' must be a number of seconds >= 0, got {ts!r}")
-        inp = _int_field(obj, "input_length", path, lineno, 1)
-        outp = _int_field(obj, "output_length", path, lineno)
-        ids = _hash_ids(obj, path, lineno)
-        keys = expand_blocks(ids, inp, block_size, page_size, partial_pages)
-        parent = obj.get("parent_chat_id", -1)
-        session = str(chat if parent in (-1, None) else parent)
-        turn = obj.get("turn", 0) if isinstance(obj.get("turn", 0), int) else 0
-        out.append(Request(f"c{chat}", float(ts) * time_scale, inp, outp, keys, session=session, turn=turn))
-    out.sort(key=lambda r: r.arrival_s)
-    return out
+    ``input_length``, ``output_length``, ``turn``, ``hash_ids`` (16-token salted blocks); read lazily
+    as :func:`open_mooncake`."""
+    return open_block_trace(BAILIAN, path, page_size, partial_pages, limit, time_scale, block_size)
+
+
+def load_mooncake(path: str | Path, page_size: int, **kw) -> list[Request]:
+    """:func:`open_mooncake`'s requests as a list (held whole: for tools that reuse them)."""
+    return list(open_mooncake(path, page_size, **kw))
+
+
+def load_bailian(path: str | Path, page_size: int, **kw) -> list[Request]:
+    """:func:`open_bailian`'s requests as a list."""
+    return list(open_bailian(path, page_size, **kw))
 
 
 AZURE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"

@@ -3,6 +3,7 @@ that the workload kinds (and the scenario schema built from them) load without t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .client_loop import SenderSpec
@@ -16,9 +17,11 @@ class Workload:
     ``sender`` (closed loop, bench_multiturn): a session's turn t + 1 is sent only after turn t
     finished, by the sender loop of ``client_loop.py``; ``requests`` are then in the order that loop
     sends them under no load, with those send times as ``arrival_s`` (what instant mode replays).
+    ``requests`` may be lazy (``workloads/lazy.py``: a trace read from its file as it is replayed);
+    runners read them in order and never hold them all.
     """
 
-    requests: list[Request]
+    requests: Sequence[Request]
     sender: SenderSpec | None = None
 
     @property
