@@ -67,10 +67,14 @@ def _check_page_size(path: str, block_size: int, page_size: int) -> None:
 def _utf8_lines(path: str, f):
     """Lines of a binary file as text; a line that is not UTF-8 is an error naming it."""
     for lineno, raw in enumerate(f, 1):
-        try:
-            yield lineno, raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise WorkloadError(path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
+        yield lineno, _decode(path, lineno, raw)
+
+
+def _decode(path: str, lineno: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WorkloadError(path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
 
 
 def _open_trace(path: str):
@@ -98,10 +102,7 @@ def _read_jsonl(path: str, limit: int | None):
         for lineno, raw in enumerate(f, 1):
             start = offset
             offset += len(raw)
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise WorkloadError(path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
+            text = _decode(path, lineno, raw)
             if not text.strip():
                 continue
             yield start, lineno, _object(path, lineno, text)
@@ -121,28 +122,31 @@ class _Format:
     rid: Callable[[dict], str] | None
 
 
+def _stamp(path: str) -> tuple[int, int]:
+    st = Path(path).stat()
+    return st.st_size, st.st_mtime_ns
+
+
 class _LineRequests:
     """Request ``i`` of a block-id trace: line ``lines[i]`` read again from its byte offset, checked
     again (a file changed under the run is an error naming the line, never a wrong request) and built."""
 
-    def __init__(self, path, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size) -> None:
+    def __init__(self, path, stamp, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size) -> None:
         self.path, self.fmt = path, fmt
         self.offsets, self.lines, self.arrivals = offsets, lines, arrivals
         self.page_size, self.partial_pages, self.block_size = page_size, partial_pages, block_size
+        self.stamp = stamp
         self._file = None
 
     def __call__(self, i: int) -> Request:
         f = self._file
         if f is None:
+            if _stamp(self.path) != self.stamp:
+                raise WorkloadError(self.path, None, "changed since its lines were checked (size or time differ)")
             f = self._file = _open_trace(self.path)
         f.seek(self.offsets[i])
         lineno = self.lines[i]
-        raw = f.readline()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise WorkloadError(self.path, lineno, f"not UTF-8 text (byte {e.start} of the line)") from None
-        obj = _object(self.path, lineno, text)
+        obj = _object(self.path, lineno, _decode(self.path, lineno, f.readline()))
         self.fmt.check(obj, self.path, lineno, self.block_size)
         keys = expand_blocks(obj["hash_ids"], obj["input_length"], self.block_size, self.page_size, self.partial_pages)
         return self.fmt.make(obj, lineno, self.arrivals[i], keys)
@@ -173,6 +177,7 @@ def open_block_trace(
     _check_page_size(path, block_size, page_size)
     offsets, lines, arrivals = array("q"), array("q"), array("d")
     rids: set[str] = set()  # ids from the lines (a Bailian chat_id): checked distinct, then dropped
+    stamp = _stamp(path) if Path(path).is_file() else None  # else _read_jsonl says what is wrong
     for offset, lineno, obj in _read_jsonl(path, limit):
         arrivals.append(fmt.check(obj, path, lineno, block_size) * time_scale)
         offsets.append(offset)
@@ -183,7 +188,7 @@ def open_block_trace(
     if any(arrivals[i] > arrivals[i + 1] for i in range(len(arrivals) - 1)):
         order = sorted(order, key=arrivals.__getitem__)  # stable: file order on ties
         offsets, lines, arrivals = (array(a.typecode, map(a.__getitem__, order)) for a in (offsets, lines, arrivals))
-    make = _LineRequests(path, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size)
+    make = _LineRequests(path, stamp, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size)
     unique = fmt.rid is None or len(rids) == len(arrivals)
     return LazyRequests(len(arrivals), make, arrivals, unique_rids=unique)
 
