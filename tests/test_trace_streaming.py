@@ -21,7 +21,8 @@ from hicache_sim.workloads.traces import load_mooncake, open_bailian, open_moonc
 
 
 def line(ts: int, inp: int = 600, out: int = 3, ids=(1, 2), **extra) -> str:
-    return json.dumps({"timestamp": ts, "input_length": inp, "output_length": out, "hash_ids": list(ids), **extra})
+    row = {"timestamp": ts, "input_length": inp, "output_length": out, "hash_ids": list(ids), **extra}
+    return json.dumps(row, ensure_ascii=False)
 
 
 def trace_file(tmp_path, n: int = 1000, bad: int | None = None) -> str:
@@ -39,6 +40,7 @@ def test_requests_in_arrival_order_read_at_their_byte_offsets(tmp_path):
     rows = [line(30, ids=(1, 2)), "", line(10, ids=(3, 4), note="é€"), line(10, ids=(5, 6)), line(20, ids=(7, 8))]
     p = tmp_path / "t.jsonl"
     p.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert "é€" in p.read_text(encoding="utf-8")  # raw UTF-8: 5 bytes, 2 characters
     reqs = open_mooncake(p, 512)
     assert isinstance(reqs, LazyRequests) and len(reqs) == 4
     assert [r.rid for r in reqs] == ["r3", "r4", "r5", "r1"]  # timestamp order, file order on ties
@@ -85,6 +87,18 @@ def test_a_line_changed_under_its_time_stamp_is_an_error_naming_it(tmp_path):
     spoil_line_900(path, keep_time=True)
     assert reqs[898].rid == "r899"
     with pytest.raises(WorkloadError, match=r"trace.jsonl:900: not valid JSON"):
+        reqs[899]
+
+
+def test_a_line_still_json_but_wrong_is_checked_again(tmp_path):
+    path = Path(trace_file(tmp_path))
+    reqs = open_mooncake(path, 512)
+    st = path.stat()
+    lines = path.read_bytes().split(b"\n")
+    lines[899] = lines[899].replace(b'"input_length": 600', b'"input_length": 0  ')  # same size, still JSON
+    path.write_bytes(b"\n".join(lines))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(WorkloadError, match=r"trace.jsonl:900: field 'input_length' must be an integer >= 1"):
         reqs[899]
 
 
