@@ -1,16 +1,21 @@
 """GPU compute time of a scheduler step: a roofline over the model x GPU presets.
 
 Prefill of ``n`` new tokens after ``c`` tokens already in the KV cache, on one rank:
-    linear    = 2 x active_params x n                                  (GEMMs)
+    linear    = 2 x n x (dense_active / (linear_peak x linear_mfu) + routed_active / (linear_peak x moe_mfu))
     attention = 4 x layers x attn_width x (n x c + n (n + 1) / 2)       (QK^T and PV, causal)
-    bytes     = weights + KV of the context read once
-    time      = max(linear / (linear_peak x linear_mfu) + attention / (peak x attention_mfu),
-                    bytes / (HBM x hbm_efficiency))
-The two efficiencies differ: a short prompt is GEMM work, a long one attention work, and kernels
-reach different fractions of peak on them. ``linear_peak`` is the fp8 tensor peak when the model's
-weights are fp8 and the GPU has fp8 tensor cores, else the bf16 peak (attention runs in bf16).
+    bytes     = non-routed weights + the routed experts the n tokens reach + KV of the context
+    allreduce = 2 x layers x (latency + 2 (tp - 1) / tp x n x hidden x 2 B / busbw)   (tp > 1)
+    time      = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + allreduce
+The efficiencies differ: a short prompt is GEMM work, a long one attention work, and a MoE's routed
+experts run as grouped GEMMs far below a dense GEMM. A MoE's routed experts are ``routed_params``;
+``routed_active = routed_params x k / E`` of them run per token, the rest of ``active_params`` is
+dense; a step reads an expert only if one of its ``T`` tokens picks it, ``E (1 - (1 - k / E)^T)`` of
+the ``E`` experts on average (uniform routing). ``linear_peak`` is the fp8 tensor peak when the
+model's weights are fp8 and the GPU has fp8 tensor cores, else the bf16 peak (attention runs in bf16).
+The all-reduces (after attention and after the MLP, not overlapped with compute) carry one bf16
+residual row per token over the GPUs' all-reduce bus bandwidth.
 Decode of a batch of ``B`` requests holding ``K`` KV tokens in total:
-    time   = max((weights read + K x kv_bytes) / (HBM x eff), linear / ... + attention / ...)
+    time   = max((weights read for B tokens + K x kv_bytes) / (HBM x eff), linear + attention) + allreduce(B)
 
 Every parameter is per rank: tensor parallelism ``tp`` splits weights, FLOPs and KV heads; pipeline
 parallelism ``pp`` gives each stage ``layers / pp`` layers (and their weights and KV). Under PP a
