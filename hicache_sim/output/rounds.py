@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pandas as pd
+from .columns import Columns
 
 TIERS = ("device", "host", "storage")
 
@@ -39,12 +39,12 @@ def _stats(values: Sequence[float]) -> dict:
     }
 
 
-def per_round(requests: pd.DataFrame, timed: bool) -> list[dict]:
+def per_round(requests: Columns, timed: bool) -> list[dict]:
     """One entry per round present in ``requests`` (which has a ``round`` column), in round order."""
-    finished = requests[requests["status"] == "finished"] if "status" in requests else requests
+    finished = requests.take(requests["status"] == "finished") if "status" in requests else requests
     out = []
-    for rnd in sorted(requests["round"].unique()):
-        df = finished[finished["round"] == rnd]
+    for rnd in sorted(set(requests["round"].tolist())):
+        df = finished.take(finished["round"] == rnd)
         prompt = int(df["prompt_tokens"].sum())
         hits = {t: int(df[f"{t}_hit_tokens"].sum()) for t in TIERS}
         row = {

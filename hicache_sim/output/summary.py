@@ -9,8 +9,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
+from .columns import Columns
 from .rounds import SCOPE as ROUNDS_SCOPE
 from .rounds import per_round
 
@@ -52,7 +52,7 @@ def window_of(n_requests: int, warmup_fraction: float) -> dict:
     }
 
 
-def _rates(df: pd.DataFrame, unit: str) -> dict:
+def _rates(df: Columns, unit: str) -> dict:
     total = float(df[f"prompt_{unit}"].sum())
     out = {}
     for tier in TIERS:
@@ -74,7 +74,7 @@ def _percentiles(values: Sequence[float]) -> dict:
 
 
 def build_summary(
-    requests: pd.DataFrame,
+    requests: Columns,
     *,
     warmup_fraction: float,
     counters: dict,
@@ -85,8 +85,8 @@ def build_summary(
 ) -> dict:
     """The summary dict. ``requests`` has one row per request in arrival order (see runner)."""
     win = window_of(len(requests), warmup_fraction)
-    measured = requests.iloc[win["first_request"] :]
-    finished = measured[measured["status"] == "finished"] if "status" in measured else measured
+    measured = requests.take(slice(win["first_request"], None))
+    finished = measured.take(measured["status"] == "finished") if "status" in measured else measured
     summary = {
         "mode": mode,
         "requests": len(requests),
