@@ -22,7 +22,6 @@ def plot(
     import pandas as pd
     import yaml
 
-    from ..output.columns import Columns
     from ..output.plots import run_figures, sweep_figures
     from ..sweep import swept_keys
 
@@ -38,7 +37,7 @@ def plot(
             ts_path, req_path = folder / "timeseries.parquet", folder / "requests.parquet"
             ts = pd.read_parquet(ts_path) if ts_path.is_file() else pd.DataFrame()
             req = pd.read_parquet(req_path) if req_path.is_file() else pd.DataFrame()
-            written = run_figures(name, mode, Columns.from_frame(req), Columns.from_frame(ts), folder)
+            written = run_figures(name, mode, req, ts, folder)
         else:
             raise UserError(f"{folder}: expected a run folder (summary.json) or a sweep folder (sweep.parquet)")
     for f in written:

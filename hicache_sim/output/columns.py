@@ -28,6 +28,11 @@ def text_type() -> pa.DataType:
     return pa.large_string() if int(version("pandas").split(".")[0]) >= 3 else pa.string()
 
 
+def as_columns(table: Columns | pd.DataFrame) -> Columns:
+    """``table`` as Columns (a DataFrame is wrapped, not copied): readers take either."""
+    return table if isinstance(table, Columns) else Columns.from_frame(table)
+
+
 class Columns:
     """Named columns of one length, in order; ``len`` is the number of rows (not of columns)."""
 

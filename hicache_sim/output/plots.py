@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .columns import Columns
+from .columns import Columns, as_columns
 from .rounds import per_round
 
 if TYPE_CHECKING:
@@ -183,8 +183,11 @@ def rounds_figure(rounds: list[dict], path: Path, title: str) -> None:
     _save(fig, path, tight=True)
 
 
-def run_figures(name: str, mode: str, requests: Columns, timeseries: Columns, folder: Path) -> list[Path]:
+def run_figures(
+    name: str, mode: str, requests: Columns | pd.DataFrame, timeseries: Columns | pd.DataFrame, folder: Path
+) -> list[Path]:
     """Figures of one run into ``folder`` (used by ``run`` and by ``plot``). Returns the files written."""
+    requests, timeseries = as_columns(requests), as_columns(timeseries)
     written = []
     if len(timeseries):
         residency_figure(timeseries, folder / "residency.png", f"{name}: pool residency ({mode})")

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .columns import Columns
+from .columns import Columns, as_columns
 from .rounds import SCOPE as ROUNDS_SCOPE
 from .rounds import per_round
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIERS = ("device", "host", "storage")
 
@@ -74,7 +78,7 @@ def _percentiles(values: Sequence[float]) -> dict:
 
 
 def build_summary(
-    requests: Columns,
+    requests: Columns | pd.DataFrame,
     *,
     warmup_fraction: float,
     counters: dict,
@@ -84,6 +88,7 @@ def build_summary(
     timed: dict | None = None,
 ) -> dict:
     """The summary dict. ``requests`` has one row per request in arrival order (see runner)."""
+    requests = as_columns(requests)
     win = window_of(len(requests), warmup_fraction)
     measured = requests.take(slice(win["first_request"], None))
     finished = measured.take(measured["status"] == "finished") if "status" in measured else measured
