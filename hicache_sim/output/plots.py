@@ -78,7 +78,7 @@ def residency_figure(ts: Columns, path: Path, title: str) -> None:
             ax.plot(ts[x], ts[col], label=label, color=color, linestyle=style, linewidth=width)
     ax.set_xlabel("time (s): simulated, or trace arrival in instant mode" if x == "t_s" else "request")
     ax.set_ylabel("pages")
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
@@ -101,7 +101,7 @@ def hit_rate_figure(req: Columns, path: Path, title: str, window: int | None = N
     ax.set_xlabel("request (arrival order)")
     ax.set_ylabel(f"hit rate (rolling {window})")
     ax.set_ylim(0, 1)
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
@@ -119,7 +119,7 @@ def links_figure(ts: Columns, path: Path, title: str) -> None:
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("utilisation")
     ax.set_ylim(0, 1.05)
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
@@ -144,7 +144,7 @@ def ttft_figure(requests: Columns, path: Path, title: str, window: int | None = 
     ax.set_xlabel("arrival (simulated s)")
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
