@@ -278,7 +278,6 @@ def versions() -> dict:
     import numpy
     import pyarrow
     import pydantic
-    import simpy
 
     return {
         "hicache_sim": __version__,
@@ -286,7 +285,7 @@ def versions() -> dict:
         "numpy": numpy.__version__,
         "pandas": version("pandas"),
         "pyarrow": pyarrow.__version__,
-        "simpy": simpy.__version__,
+        "simpy": version("simpy"),  # read, not imported: an instant run needs no simpy
         "pydantic": pydantic.__version__,
     }
 

@@ -52,19 +52,19 @@ def test_validate_imports_only_the_schema():
     assert set(imported("validate", "builtin:default")) <= {"pydantic"}
 
 
-def test_run_without_figures_imports_no_plotting_or_fitting_library(tmp_path):
+def test_instant_run_without_figures_imports_no_table_plotting_or_fitting_library(tmp_path):
     loaded = set(
         imported(
             "run", "builtin:default", "--set", "workload.trace.limit=50", "--no-figures", "--out", str(tmp_path / "r")
         )
     )
     assert "pyarrow" in loaded  # the probe sees what the run really loads
-    assert not loaded & {"pandas", "matplotlib", "scipy", "torch", "dask", "distributed"}, sorted(loaded)
+    assert not loaded & {"pandas", "simpy", "matplotlib", "scipy", "torch", "dask", "distributed"}, sorted(loaded)
     assert (tmp_path / "r" / "requests.parquet").is_file()
 
 
-def test_run_with_figures_imports_matplotlib_but_no_fitting_or_table_library(tmp_path):
+def test_instant_run_with_figures_imports_matplotlib_but_no_table_or_fitting_library(tmp_path):
     loaded = set(imported("run", "builtin:default", "--set", "workload.trace.limit=50", "--out", str(tmp_path / "r")))
     assert "matplotlib" in loaded
-    assert not loaded & {"pandas", "scipy", "torch", "dask", "distributed"}, sorted(loaded)
+    assert not loaded & {"pandas", "simpy", "scipy", "torch", "dask", "distributed"}, sorted(loaded)
     assert (tmp_path / "r" / "hit_rate.png").is_file()
