@@ -113,8 +113,8 @@ def _read_jsonl(path: str, limit: int | None):
 
 @dataclass(frozen=True)
 class _Format:
-    """A block-id trace format: ``check(obj, path, lineno) -> arrival value`` validates a line (every
-    error names it) and ``make(obj, lineno, arrival_s, keys) -> Request`` builds its request."""
+    """A block-id trace format: ``check(obj, path, lineno, block_size) -> arrival`` (unscaled seconds)
+    validates a line (every error names it); ``make(obj, lineno, arrival_s, keys) -> Request`` builds it."""
 
     check: Callable[[dict, str, int, int], float]
     make: Callable[[dict, int, float, tuple[int, ...]], Request]
