@@ -122,7 +122,7 @@ class BackupMixin(CacheState):
             x.pending_write = None
             chain.append(x)
             covered += len(x.key)
-            self._refresh(x)
+            self._refresh_host(x)
             x = x.parent
         chain.reverse()
         return chain

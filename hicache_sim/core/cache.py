@@ -141,7 +141,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         if threshold is None or node.value is None:
             return
         node.hit_count += 1
-        self._refresh(node)
+        if self._hit_count_keyed:
+            self._refresh(node)
         if node.host_value is None and node.hit_count >= threshold:
             self.write_backup(node)
 
