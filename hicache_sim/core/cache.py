@@ -62,10 +62,16 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             pos += plen
             if partial:
                 break
-        # Stamp the matched path, ancestors first, so a deeper node is never older than its parent.
-        self._touch_root()
+        # Stamp the matched path, ancestors first, so a deeper node is never older than its parent
+        # (``_touch`` written out).
+        clock = self._clock + 1
+        self.root.last_access = clock
+        refresh = self._refresh
         for x in path:
-            self._touch(x)
+            clock += 1
+            x.last_access = clock
+            refresh(x)
+        self._clock = clock
         last = node
         host_hit = 0
         x = last
@@ -163,9 +169,10 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         Returns how many completed.
         """
         done = 0
-        while self.inflight:
-            for t in list(self.inflight.values()):
-                if t.id in self.inflight:
+        inflight = self.inflight
+        while inflight:
+            for t in list(inflight.values()):
+                if t.id in inflight:
                     self.complete(t, now)
                     done += 1
         return done

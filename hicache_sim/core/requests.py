@@ -143,9 +143,9 @@ class RequestMixin(CacheState):
         st.done = True
 
     def _insert_request(self, st: RequestState, upto: int, chunked: bool) -> int:
-        prefix = self.insert(
-            st.keys[:upto], st.pages[:upto], chunked=chunked, priority=st.priority, inserted=st.inserted
-        )
+        # insert reads ``pages`` only where ``keys`` has a page and keeps neither list: no copies.
+        keys = st.keys if upto == len(st.keys) else st.keys[:upto]
+        prefix = self.insert(keys, st.pages, chunked=chunked, priority=st.priority, inserted=st.inserted)
         st.inserted = max(st.inserted, upto)
         return prefix
 

@@ -142,6 +142,11 @@ class CacheState:
                 heappush(self._dev_heap, (k, node.id, self._pushes, node))
         elif node in cands:
             del cands[node]
+        if node.value is not None and self._host_h_only:
+            # _refresh_host's answer for a node on device under an H-only rule, without the call.
+            if node in self._host_cands:
+                del self._host_cands[node]
+            return
         self._refresh_host(node)
 
     def _refresh_host(self, node: Node) -> None:
