@@ -107,7 +107,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         else:
             counted_from = n if chunked else 0
         node = self.root
-        self._touch_root()
+        self._clock += 1  # _touch_root
+        node.last_access = self._clock
         prefix = 0
         while pos < n:
             child = node.children.get(keys[pos])
@@ -119,8 +120,10 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             plen = match_len(child.key, keys, pos)
             if plen < len(child.key):
                 child = self._split(child, plen)
-            # Touch after the split: the lower half was not referenced and keeps its age.
-            self._touch(child)
+            # Touch after the split: the lower half was not referenced and keeps its age (_touch).
+            self._clock += 1
+            child.last_access = self._clock
+            self._refresh(child)
             if child.value is None:
                 self._set_value(child, pages[pos : pos + plen])
                 self._track_duplicate(child)
@@ -134,7 +137,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         if pos < n:
             leaf = self._new_node(keys[pos:], priority)
             leaf.value = pages[pos:n]
-            leaf.hashes = self._page_hashes(node, leaf.key)
+            if self.storage is not None:
+                leaf.hashes = self._page_hashes(node, leaf.key)
             self.evictable_pages += n - pos
             self._add_child(node, leaf)
             if n > counted_from:

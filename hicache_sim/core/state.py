@@ -44,6 +44,7 @@ class CacheState:
         # Must an insert-hit re-queue the node? Pure host keys read the node through the strategy's
         # key (the checker recomputes them); an impure one may differ whenever it is recomputed.
         self._hit_count_keyed = self.strategy.reads_hit_count or not self.host_rule.key_is_pure
+        self.host_prefix_closed = self.host_rule.host_set_prefix_closed(self)  # fixed by the config
         self.buffer_only = config.host_memory_mode == "buffer_only"
         self.has_host = config.has_host
         self._page_level = config.eviction_granularity == "page"
