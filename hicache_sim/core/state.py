@@ -155,7 +155,8 @@ class CacheState:
         read (host copy, host pin, host children, pending write). Its device side is a pure function
         of what did not change, so a full ``_refresh`` would leave it as it is.
 
-        Under a rule whose candidates are all H-only, a node on device skips the rule's test.
+        Under a rule whose candidates are all H-only, a node on device skips the rule's test; it is
+        never in the host candidate set (invariant 8), so the hot callers skip the call for it.
         """
         cands = self._host_cands
         if (node.value is None or not self._host_h_only) and self._host_is_candidate(self, node):
@@ -273,8 +274,10 @@ class CacheState:
         if node.value is not None:
             self.mirror_pages += len(pages)
         node.parent.n_host_children += 1
-        self._refresh_host(node)
-        self._refresh_host(node.parent)
+        if node.value is None or not self._host_h_only:
+            self._refresh_host(node)
+        if node.parent.value is None or not self._host_h_only:
+            self._refresh_host(node.parent)
 
     def _clear_host_value(self, node: Node) -> None:
         """Free a node's host pages (mutates)."""
@@ -285,8 +288,10 @@ class CacheState:
             self.mirror_pages -= n
         node.host_value = None
         node.parent.n_host_children -= 1
-        self._refresh_host(node)
-        self._refresh_host(node.parent)
+        if node.value is None or not self._host_h_only:
+            self._refresh_host(node)
+        if node.parent.value is None or not self._host_h_only:
+            self._refresh_host(node.parent)
 
     def _delete_leaf(self, node: Node) -> None:
         """Remove a childless node, freeing whatever device and host pages it holds."""
@@ -400,7 +405,7 @@ class CacheState:
     def protect_host(self, node: Node) -> None:
         """Pin the node's host copy (storage backup, prefetch anchor, load-back in progress)."""
         node.host_ref += 1
-        if node.host_ref == 1:
+        if node.host_ref == 1 and (node.value is None or not self._host_h_only):
             self._refresh_host(node)
 
     def release_host(self, node: Node) -> None:
@@ -408,7 +413,7 @@ class CacheState:
         if node.host_ref <= 0:
             raise CacheStateError(f"release_host on node {node.id} with host_ref {node.host_ref}")
         node.host_ref -= 1
-        if node.host_ref == 0 and node.parent is not None:
+        if node.host_ref == 0 and node.parent is not None and (node.value is None or not self._host_h_only):
             self._refresh_host(node)
 
     # ---------------------------------------------------------------------------------- queries
