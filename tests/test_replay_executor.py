@@ -4,6 +4,7 @@ Durations are recorded, never asserted against wall-clock thresholds (only > 0).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -147,6 +148,22 @@ def test_reduced_sweep_covers_the_grid():
     assert df["repeat"].is_monotonic_increasing
     keys = ["page_size", "layout", "io_backend", "direction", "pages"]
     assert (df.groupby(keys).size() == 2).all()
+
+
+def test_sweep_divides_out_the_reference_drift_and_keeps_raw_durations():
+    small = dict(
+        page_counts=(1, 4),
+        page_sizes=(4,),
+        layouts=("layer_first",),
+        repeats=2,
+        shape=KVShape(num_layers=1, kv_factor=2, heads=1, head_dim=8, page_size=4),
+    )
+    df = run_sweep(SweepConfig(**small), torch.device("cpu"))  # default on CPU: the reference
+    assert list(df["seq"]) == list(range(len(df)))  # measurement order, which the drift factor follows
+    assert (df["reference_s"] > 0).all() and df["drift_factor"].nunique() > 1
+    assert np.allclose(df["duration_s"] * df["drift_factor"], df["duration_raw_s"], rtol=1e-12)
+    off = run_sweep(SweepConfig(**small, reference=False), torch.device("cpu"))
+    assert "reference_s" not in off.columns and (off["duration_s"] == off["duration_raw_s"]).all()
 
 
 def test_sweep_skips_counts_a_capped_pool_cannot_hold():

@@ -17,17 +17,22 @@ cores in about a minute; a scenario's real dimensions can be given instead (``KV
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
 import torch
 
+from ..calibration.drift import DEFAULT_WINDOW, normalise_drift
 from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
 from .executor import Executor
 from .pools import KVShape, allocate_pools, cpu_threads, device_name
 
 DEFAULT_PAGE_COUNTS = tuple(2**i for i in range(13))  # 1, 2, 4, ..., 4096
+REFERENCE_BYTES = 256 << 10
+"""The reference copy: 256 KiB, in cache (see ``_Reference``)."""
+REFERENCE_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,14 @@ class SweepConfig:
     seed: int = 0
     max_pool_bytes: int | None = None
     cpu_threads: int | None = 1  # torch threads on CPU (see pools.cpu_threads); None: torch's default
+    clock: str = "wall"  # host clock of CPU copies (executor.CPU_CLOCKS); CUDA copies use CUDA events
+    reference: bool | None = None  # drift reference before each point; None: on CPU only (see module)
+    reference_window: int = DEFAULT_WINDOW
+
+    def uses_reference(self, device: torch.device) -> bool:
+        """Whether the sweep times the drift reference on ``device`` (default: CPU only, where the
+        clock is perf_counter and other work on the machine stretches every copy)."""
+        return device.type == "cpu" if self.reference is None else self.reference
 
     def limited(self, max_pages: int) -> SweepConfig:
         """The same grid with page counts up to ``max_pages`` (a smaller, faster sweep)."""
@@ -91,19 +104,57 @@ def sweep_metadata(cfg: SweepConfig, df: pd.DataFrame, device: torch.device, wal
             "dtype": s.dtype,
         },
         "cpu_threads": cfg.cpu_threads,
+        "clock": cfg.clock if device.type == "cpu" else "cuda events",
+        "reference": {"bytes": REFERENCE_BYTES, "window": cfg.reference_window} if cfg.uses_reference(device) else None,
     }
 
 
 def run_sweep(cfg: SweepConfig, device: torch.device, *, progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Run the grid on ``device``; one row per measurement (plus ``repeat`` and ``point``).
 
-    Page counts a capped pool cannot hold are skipped (``progress`` still advances for them).
+    Page counts a capped pool cannot hold are skipped (``progress`` still advances for them). Rows
+    are in measurement order (``seq``) and keep the raw duration (``duration_raw_s``); with the
+    reference, ``reference_s`` and ``drift_factor`` too, and ``duration_s`` is drift-corrected.
     """
     with cpu_threads(cfg.cpu_threads if device.type == "cpu" else None):
-        return _run(cfg, device, progress)
+        df = _run(cfg, device, progress, _Reference(device) if cfg.uses_reference(device) else None)
+    df["duration_raw_s"] = df["duration_s"] if len(df) else pd.Series(dtype=float)
+    if "reference_s" in df.columns and len(df):
+        df = normalise_drift(df, cfg.reference_window)
+    return df
 
 
-def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None] | None) -> pd.DataFrame:
+class _Reference:
+    """The drift reference: the fastest of ``REFERENCE_TRIES`` back-to-back copies of a
+    ``REFERENCE_BYTES`` buffer that lives in cache (the first copy warms it, untimed).
+
+    A copy in cache measures what the machine gives this process at that moment (its share of a
+    core, the clock, a sibling hyperthread's load) and not the memory state the previous point left
+    (a cold 1 MiB reference took 124 to 190 us on a quiet machine depending on the previous copy's
+    size); the fastest of a few rejects a tick lost by one of them. It runs before the cache flush,
+    so the measured copy starts from the same state as without a reference.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.src = torch.ones(REFERENCE_BYTES, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        self.dst = torch.empty(REFERENCE_BYTES, dtype=torch.uint8, device=device)
+
+    def _copy(self) -> float:
+        t0 = time.perf_counter()
+        self.dst.copy_(self.src)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
+    def time(self) -> float:
+        self._copy()
+        return min(self._copy() for _ in range(REFERENCE_TRIES))
+
+
+def _run(
+    cfg: SweepConfig, device: torch.device, progress: Callable[[int], None] | None, ref: _Reference | None
+) -> pd.DataFrame:
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     rows: list[dict] = []
@@ -119,7 +170,7 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
                 want = max(cfg.page_counts)
                 pools = allocate_pools(shape, layout, want, want, device, max_pool_bytes=cfg.max_pool_bytes)
                 for io in cfg.io_backends:
-                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes)
+                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes, clock=cfg.clock)
                     counts = [c for c in cfg.page_counts if c <= min(pools.device_pages, pools.host_pages)]
                     skipped = (len(cfg.page_counts) - len(counts)) * len(cfg.operations())
                     if counts:
@@ -133,6 +184,7 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
                             host = torch.randperm(pools.host_pages, generator=gen)[:count].tolist()
                             slots[key] = (dev, host)
                         dev, host = slots[key]
+                        ref_s = ref.time() if ref is not None else None
                         ex.flush_caches()
                         if direction == "d2h":
                             t = ex.d2h(dev, host)
@@ -141,7 +193,9 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
                         if rep < 0:
                             continue
                         row = ex.row(direction, count, t, gran)
-                        row.update(repeat=rep, device_name=name)
+                        row.update(repeat=rep, device_name=name, seq=len(rows))
+                        if ref_s is not None:
+                            row["reference_s"] = ref_s
                         rows.append(row)
                         if progress is not None:
                             progress(1)
