@@ -97,18 +97,18 @@ def replay(
         None, "--max-pool-mb", min=1, help="cap on each KV pool, MiB (default 256 on CPU, 4096 on CUDA)"
     ),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads for CPU copies"),
-    clock: str = typer.Option(
-        "wall",
-        "--clock",
-        metavar="wall|cpu",
-        help="--sweep on CPU: time copies by elapsed time (wall) or by this thread's CPU time (cpu), "
-        "which leaves out the time the scheduler gives to other processes",
-    ),
-    reference: bool | None = typer.Option(
+    clock: str | None = typer.Option(
         None,
+        "--clock",
+        metavar="cpu|wall",
+        help="--sweep on CPU: time copies by this thread's CPU time (cpu: leaves out the slices the "
+        "scheduler gives to other processes; the default with --threads 1) or by elapsed time (wall)",
+    ),
+    reference: bool = typer.Option(
+        False,
         "--reference/--no-reference",
-        help="--sweep: time a fixed reference copy before each point and divide out the machine's drift "
-        "(default: on for CPU, off for CUDA); raw durations are kept in duration_raw_s",
+        help="--sweep: time a fixed reference copy before each point and divide out the drift it shows "
+        "(raw durations stay in duration_raw_s)",
     ),
 ) -> None:
     """Execute SOURCE's host<->device transfers as real tensor copies in its memory layout and io backend,
@@ -232,6 +232,9 @@ def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, thread
     cfg = rp.SweepConfig(
         repeats=repeats, max_pool_bytes=max_pool_bytes, cpu_threads=threads, reference=reference, clock=clock
     )
+    if clock not in (None, "cpu", "wall"):
+        raise UserError(f"--clock {clock!r}: expected cpu or wall")
+    cfg.host_clock()  # --clock cpu with --threads > 1: one line before anything is written
     if source is not None:
         sc, _ = _scenario_for(source, None, set_)
         cfg = replace(cfg, shape=rp.KVShape.from_resolved(resolve(sc)))

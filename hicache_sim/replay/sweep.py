@@ -10,6 +10,18 @@ other load on the machine spreads over all sizes instead of biasing one), every 
 from a flushed CPU cache, and each repeat is a separate pass over the whole grid (a point's repeats
 are minutes apart, so their median rejects a stretch of heavy load).
 
+On CPU each copy is timed by this thread's CPU time (``clock="cpu"``, one torch thread), not by
+elapsed time. On a loaded machine the scheduler deschedules the sweep for other processes' slices:
+a copy shorter than a slice usually runs whole, a longer one (here above ~2 MB) waits out
+neighbours mid-copy, so elapsed time bends the size curve the model is fitted to (measured under
+load average 4-6: copies of 128 KB-2 MB at 0.5x the fit, above 2 MB at 1.3-1.8x; held-out median
+error 52 %); CPU time leaves those waits out (load average 7-9: every size within 5 % of the fit,
+held-out median 4.9 %). What it keeps is the slowdown while running (memory and cache shared with
+neighbours), so a loaded machine still calibrates slower than an idle one. ``reference=True``
+also times a fixed reference copy before each point and divides out the drift it shows
+(``calibration.drift``); measured, it did not lower the held-out error (the slowdown that remains
+depends on the copy's size, which one factor cannot follow), so it is off by default.
+
 The default model is deliberately small (2 layers, 1 KV head of 32) so the full sweep runs on two CPU
 cores in about a minute; a scenario's real dimensions can be given instead (``KVShape``).
 """
@@ -26,7 +38,7 @@ import torch
 
 from ..calibration.drift import DEFAULT_WINDOW, normalise_drift
 from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
-from .executor import Executor
+from .executor import Executor, ReplayError
 from .pools import KVShape, allocate_pools, cpu_threads, device_name
 
 DEFAULT_PAGE_COUNTS = tuple(2**i for i in range(13))  # 1, 2, 4, ..., 4096
@@ -53,14 +65,24 @@ class SweepConfig:
     seed: int = 0
     max_pool_bytes: int | None = None
     cpu_threads: int | None = 1  # torch threads on CPU (see pools.cpu_threads); None: torch's default
-    clock: str = "wall"  # host clock of CPU copies (executor.CPU_CLOCKS); CUDA copies use CUDA events
-    reference: bool | None = None  # drift reference before each point; None: on CPU only (see module)
+    clock: str | None = None  # host clock of CPU copies (executor.CPU_CLOCKS); None: see host_clock
+    reference: bool = False  # time the drift reference before each point (calibration.drift)
     reference_window: int = DEFAULT_WINDOW
 
+    def host_clock(self) -> str:
+        """The clock CPU copies are timed with: this thread's CPU time when torch runs one thread
+        (the copy then runs on this thread alone), else elapsed time."""
+        if self.clock is None:
+            return "cpu" if self.cpu_threads == 1 else "wall"
+        if self.clock == "cpu" and self.cpu_threads != 1:
+            raise ReplayError(
+                f"clock cpu counts this thread's CPU time only: it needs 1 torch thread, not {self.cpu_threads}"
+            )
+        return self.clock
+
     def uses_reference(self, device: torch.device) -> bool:
-        """Whether the sweep times the drift reference on ``device`` (default: CPU only, where the
-        clock is perf_counter and other work on the machine stretches every copy)."""
-        return device.type == "cpu" if self.reference is None else self.reference
+        """Whether the sweep times the drift reference on ``device``."""
+        return self.reference
 
     def limited(self, max_pages: int) -> SweepConfig:
         """The same grid with page counts up to ``max_pages`` (a smaller, faster sweep)."""
@@ -104,7 +126,7 @@ def sweep_metadata(cfg: SweepConfig, df: pd.DataFrame, device: torch.device, wal
             "dtype": s.dtype,
         },
         "cpu_threads": cfg.cpu_threads,
-        "clock": cfg.clock if device.type == "cpu" else "cuda events",
+        "clock": cfg.host_clock() if device.type == "cpu" else "cuda events",
         "reference": {"bytes": REFERENCE_BYTES, "window": cfg.reference_window} if cfg.uses_reference(device) else None,
     }
 
@@ -170,7 +192,7 @@ def _run(
                 want = max(cfg.page_counts)
                 pools = allocate_pools(shape, layout, want, want, device, max_pool_bytes=cfg.max_pool_bytes)
                 for io in cfg.io_backends:
-                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes, clock=cfg.clock)
+                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes, clock=cfg.host_clock())
                     counts = [c for c in cfg.page_counts if c <= min(pools.device_pages, pools.host_pages)]
                     skipped = (len(cfg.page_counts) - len(counts)) * len(cfg.operations())
                     if counts:
