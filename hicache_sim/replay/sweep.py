@@ -14,9 +14,9 @@ On CPU each copy is timed by this thread's CPU time (``clock="cpu"``, one torch 
 elapsed time. On a loaded machine the scheduler deschedules the sweep for other processes' slices:
 a copy shorter than a slice usually runs whole, a longer one (here above ~2 MB) waits out
 neighbours mid-copy, so elapsed time bends the size curve the model is fitted to (measured under
-load average 4-6: copies of 128 KB-2 MB at 0.5x the fit, above 2 MB at 1.3-1.8x; held-out median
-error 52 %); CPU time leaves those waits out (load average 7-9: every size within 5 % of the fit,
-held-out median 4.9 %). What it keeps is the slowdown while running (memory and cache shared with
+load average 8: copies of 128 KB-2 MB at 0.3-0.7x the fit, above 2 MB at 1.3-2.2x; held-out
+median error 62 %); CPU time leaves those waits out (load average 6-8: held-out median 5.4 %;
+``results/calibration/README.md``). What it keeps is the slowdown while running (memory and cache shared with
 neighbours), so a loaded machine still calibrates slower than an idle one. ``reference=True``
 also times a fixed reference copy before each point and divides out the drift it shows
 (``calibration.drift``); measured, it did not lower the held-out error (the slowdown that remains
