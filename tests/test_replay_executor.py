@@ -242,3 +242,16 @@ def test_log_replay_on_cuda(tiny_run):
     run = replay_transfers(r, tiny_run.transfers.to_dict("records"), device="cuda")
     assert run.device == "cuda" and run.pools["pinned_host"]
     assert len(run.measurements) == len(tiny_run.transfers) and (run.measurements["duration_s"] > 0).all()
+
+
+def test_log_replay_times_like_the_sweep(monkeypatch, tiny_run):
+    """validate-model's copies use the calibration sweep's clock: CPU time on one torch thread."""
+    import hicache_sim.replay.executor as executor
+
+    ticks = iter(range(10**7))
+    monkeypatch.setitem(executor.CPU_CLOCKS, "cpu", lambda: float(next(ticks)))
+    records = tiny_run.transfers.to_dict("records")
+    one = replay_transfers(tiny_run.resolved, records, device="cpu", limit=6, integrity=False)
+    assert set(one.measurements["duration_s"]) <= {1.0, 2.0}  # read from the fake CPU-time clock
+    two = replay_transfers(tiny_run.resolved, records, device="cpu", limit=6, integrity=False, cpu_threads=2)
+    assert (two.measurements["duration_s"] < 0.5).all()  # several threads: elapsed time

@@ -12,7 +12,8 @@ H2D load-back runs per layer by default (SGLang loads layer by layer so prefill 
 0), or whole; D2H backup moves all layers at once. On CUDA each direction has its own stream, the
 host pool and staging are pinned, and the stream part is timed with CUDA events (a D2H kernel's
 host-side scatter, which runs on the CPU after the copy, is added with perf_counter). On CPU the
-same sequence runs on CPU tensors, timed with perf_counter (CPU ops are synchronous). Index tensors
+same sequence runs on CPU tensors, timed with a host clock (CPU ops are synchronous): elapsed time, or
+this thread's CPU time (``clock="cpu"``, what the sweep and validate-model use on one torch thread). Index tensors
 are built before the clock starts: timing covers the copy, not Python bookkeeping.
 """
 
@@ -49,6 +50,12 @@ CPU_CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 """Host clocks for CPU copies. ``wall``: elapsed time. ``cpu``: this thread's CPU time, which leaves
 out the slices the scheduler gives to other processes: on a loaded machine a copy longer than a
 slice is descheduled mid-copy and its wall time measures the neighbours (see ``replay.sweep``)."""
+
+
+def default_clock(cpu_threads: int | None) -> str:
+    """The host clock for CPU copies on ``cpu_threads`` torch threads: this thread's CPU time when
+    there is one (the copy then runs on this thread alone), else elapsed time."""
+    return "cpu" if cpu_threads == 1 else "wall"
 
 
 class _Clock:

@@ -38,7 +38,7 @@ import torch
 
 from ..calibration.drift import DEFAULT_WINDOW, normalise_drift
 from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
-from .executor import Executor, ReplayError
+from .executor import Executor, ReplayError, default_clock
 from .pools import KVShape, allocate_pools, cpu_threads, device_name
 
 DEFAULT_PAGE_COUNTS = tuple(2**i for i in range(13))  # 1, 2, 4, ..., 4096
@@ -73,7 +73,7 @@ class SweepConfig:
         """The clock CPU copies are timed with: this thread's CPU time when torch runs one thread
         (the copy then runs on this thread alone), else elapsed time."""
         if self.clock is None:
-            return "cpu" if self.cpu_threads == 1 else "wall"
+            return default_clock(self.cpu_threads)
         if self.clock == "cpu" and self.cpu_threads != 1:
             raise ReplayError(
                 f"clock cpu counts this thread's CPU time only: it needs 1 torch thread, not {self.cpu_threads}"
@@ -182,6 +182,8 @@ def _run(
     rows: list[dict] = []
     name = device_name(device)
     slots: dict[tuple, tuple[list[int], list[int]]] = {}  # (page size, layout, io, op, count) -> pages
+    # On CUDA torch's host threads are not limited (host-side scatters may run on several): elapsed time.
+    clock = cfg.host_clock() if device.type == "cpu" else "wall"
     for rep in range(-min(cfg.warmup, 1), cfg.repeats):
         # One pass over the whole grid per repeat: a configuration's repeats lie minutes apart, so the
         # median of its repeats rejects a stretch of heavy load on a shared machine rather than
@@ -192,7 +194,7 @@ def _run(
                 want = max(cfg.page_counts)
                 pools = allocate_pools(shape, layout, want, want, device, max_pool_bytes=cfg.max_pool_bytes)
                 for io in cfg.io_backends:
-                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes, clock=cfg.host_clock())
+                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes, clock=clock)
                     counts = [c for c in cfg.page_counts if c <= min(pools.device_pages, pools.host_pages)]
                     skipped = (len(cfg.page_counts) - len(counts)) * len(cfg.operations())
                     if counts:
