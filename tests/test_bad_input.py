@@ -377,9 +377,11 @@ def test_calibrate_replaces_its_own_file(tmp_path):
     [
         (["replay", "--device", "tpu"], ["--device", "tpu"]),
         (["replay", "--h2d", "sideways"], ["--h2d 'sideways'", "per_layer or whole"]),
+        (["replay", "--sweep", "--clock", "sundial"], ["--clock 'sundial'", "cpu or wall"]),
+        (["replay", "--sweep", "--clock", "cpu", "--threads", "2"], ["clock cpu", "1 torch thread, not 2"]),
         (["plot", "nowhere"], ["nowhere"]),
     ],
-    ids=["bad-device", "bad-h2d", "plot-missing-folder"],
+    ids=["bad-device", "bad-h2d", "bad-sweep-clock", "cpu-clock-many-threads", "plot-missing-folder"],
 )
 def test_bad_flags_of_other_verbs(tmp_path, args, fragments):
     sc = write_scenario(tmp_path, TINY)

@@ -4,6 +4,7 @@ Durations are recorded, never asserted against wall-clock thresholds (only > 0).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -149,6 +150,48 @@ def test_reduced_sweep_covers_the_grid():
     assert (df.groupby(keys).size() == 2).all()
 
 
+def test_sweep_divides_out_the_reference_drift_and_keeps_raw_durations():
+    small = dict(
+        page_counts=(1, 4),
+        page_sizes=(4,),
+        layouts=("layer_first",),
+        repeats=2,
+        shape=KVShape(num_layers=1, kv_factor=2, heads=1, head_dim=8, page_size=4),
+    )
+    df = run_sweep(SweepConfig(**small, reference=True), torch.device("cpu"))
+    assert list(df["seq"]) == list(range(len(df)))  # measurement order, which the drift factor follows
+    assert (df["reference_s"] > 0).all() and df["drift_factor"].nunique() > 1
+    assert np.allclose(df["duration_s"] * df["drift_factor"], df["duration_raw_s"], rtol=1e-12)
+    off = run_sweep(SweepConfig(**small), torch.device("cpu"))  # the default: no reference
+    assert "reference_s" not in off.columns and (off["duration_s"] == off["duration_raw_s"]).all()
+
+
+@pytest.mark.parametrize("io", ["kernel", "direct"])
+def test_cpu_clock_times_copies_by_this_threads_cpu_time(monkeypatch, io):
+    """With clock="cpu" every interval is read from the thread's CPU-time clock (here a fake one
+    that advances 1 s a reading): time the scheduler gives to other processes never enters."""
+    import hicache_sim.replay.executor as executor
+
+    ticks = iter(range(10**6))
+    monkeypatch.setitem(executor.CPU_CLOCKS, "cpu", lambda: float(next(ticks)))
+    shape = KVShape(num_layers=2, kv_factor=2, heads=1, head_dim=8, page_size=4)
+    pools = allocate_pools(shape, "layer_first", 8, 8, torch.device("cpu"))
+    ex = Executor(pools, io, clock="cpu")
+    assert ex.h2d([0, 1], [2, 3], per_layer=False).duration_s == 1.0  # one start, one stop
+    assert ex.d2h([0, 1], [2, 3]).duration_s == (2.0 if io == "kernel" else 1.0)  # + the host-side scatter
+    assert Executor(pools, io).h2d([0, 1], [2, 3]).duration_s < 0.5  # the default: elapsed time
+    with pytest.raises(ReplayError, match="clock 'sundial'"):
+        Executor(pools, io, clock="sundial")
+
+
+def test_sweep_clock_defaults_to_cpu_time_with_one_torch_thread():
+    assert SweepConfig().host_clock() == "cpu"
+    assert SweepConfig(cpu_threads=2).host_clock() == "wall"  # a copy on 2 threads: this one's time misses half
+    assert SweepConfig(cpu_threads=2, clock="wall").host_clock() == "wall"
+    with pytest.raises(ReplayError, match="needs 1 torch thread"):
+        SweepConfig(cpu_threads=2, clock="cpu").host_clock()
+
+
 def test_sweep_skips_counts_a_capped_pool_cannot_hold():
     cfg = SweepConfig(
         page_counts=(1, 2, 64),
@@ -199,3 +242,16 @@ def test_log_replay_on_cuda(tiny_run):
     run = replay_transfers(r, tiny_run.transfers.to_dict("records"), device="cuda")
     assert run.device == "cuda" and run.pools["pinned_host"]
     assert len(run.measurements) == len(tiny_run.transfers) and (run.measurements["duration_s"] > 0).all()
+
+
+def test_log_replay_times_like_the_sweep(monkeypatch, tiny_run):
+    """validate-model's copies use the calibration sweep's clock: CPU time on one torch thread."""
+    import hicache_sim.replay.executor as executor
+
+    ticks = iter(range(10**7))
+    monkeypatch.setitem(executor.CPU_CLOCKS, "cpu", lambda: float(next(ticks)))
+    records = tiny_run.transfers.to_dict("records")
+    one = replay_transfers(tiny_run.resolved, records, device="cpu", limit=6, integrity=False)
+    assert set(one.measurements["duration_s"]) <= {1.0, 2.0}  # read from the fake CPU-time clock
+    two = replay_transfers(tiny_run.resolved, records, device="cpu", limit=6, integrity=False, cpu_threads=2)
+    assert (two.measurements["duration_s"] < 0.5).all()  # several threads: elapsed time

@@ -117,7 +117,7 @@ def replay_transfers(
     is executed that many times in order (rows carry ``repeat``); ``progress`` ticks per transfer.
     """
     from ..replay import Executor, KVShape, allocate_pools, check_round_trip, execute_log, pick_device
-    from ..replay.executor import REPLAYED_KINDS
+    from ..replay.executor import REPLAYED_KINDS, default_clock
     from ..replay.pools import cpu_threads as threads_ctx
     from ..replay.pools import device_name
 
@@ -129,7 +129,9 @@ def replay_transfers(
         pools = allocate_pools(
             shape, c.mem_layout, r.cache.device_pages, r.cache.host_pages, dev, max_pool_bytes=max_pool_bytes
         )
-        ex = Executor(pools, c.io_backend, max_staging_bytes=max_pool_bytes)
+        # timed as the calibration sweep times (CPU time on one torch thread), so the two compare
+        clock = default_clock(cpu_threads if dev.type == "cpu" else None)
+        ex = Executor(pools, c.io_backend, max_staging_bytes=max_pool_bytes, clock=clock)
         report = {}
         if integrity:
             rep = check_round_trip(ex, pages=32, seed=r.scenario.seed, per_layer=per_layer)

@@ -97,6 +97,19 @@ def replay(
         None, "--max-pool-mb", min=1, help="cap on each KV pool, MiB (default 256 on CPU, 4096 on CUDA)"
     ),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads for CPU copies"),
+    clock: str | None = typer.Option(
+        None,
+        "--clock",
+        metavar="cpu|wall",
+        help="--sweep on CPU: time copies by this thread's CPU time (cpu: leaves out the slices the "
+        "scheduler gives to other processes; the default with --threads 1) or by elapsed time (wall)",
+    ),
+    reference: bool = typer.Option(
+        False,
+        "--reference/--no-reference",
+        help="--sweep: time a fixed reference copy before each point and divide out the drift it shows "
+        "(raw durations stay in duration_raw_s)",
+    ),
 ) -> None:
     """Execute SOURCE's host<->device transfers as real tensor copies in its memory layout and io backend,
     check integrity, and write one measurement per transfer (measurements.parquet) for `calibrate`."""
@@ -106,7 +119,7 @@ def replay(
     rp = load_replay()
     with replay_errors(source or "", rp):
         if sweep:
-            _sweep(rp, source, set_, device, out, limit, repeats or 3, mib(max_pool_mb), threads)
+            _sweep(rp, source, set_, device, out, limit, repeats or 3, mib(max_pool_mb), threads, reference, clock)
         else:
             if source is None:
                 raise UserError("give a scenario or a transfer log (or --sweep)")
@@ -210,13 +223,18 @@ def volume_line(name: str, transfers: int, nbytes: int, total: int, repeats: int
     return f"replay {name}: {transfers} host<->device transfers, {nbytes / 1e9:.3f} GB{passes} to copy{hint}"
 
 
-def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, threads) -> None:
+def _sweep(rp, source, set_, device, out, limit, repeats, max_pool_bytes, threads, reference, clock) -> None:
     from dataclasses import replace
 
     from ..output.write import atomic_write, check_files_target, mark_files
     from ..scenario import resolve
 
-    cfg = rp.SweepConfig(repeats=repeats, max_pool_bytes=max_pool_bytes, cpu_threads=threads)
+    cfg = rp.SweepConfig(
+        repeats=repeats, max_pool_bytes=max_pool_bytes, cpu_threads=threads, reference=reference, clock=clock
+    )
+    if clock not in (None, "cpu", "wall"):
+        raise UserError(f"--clock {clock!r}: expected cpu or wall")
+    cfg.host_clock()  # --clock cpu with --threads > 1: one line before anything is written
     if source is not None:
         sc, _ = _scenario_for(source, None, set_)
         cfg = replace(cfg, shape=rp.KVShape.from_resolved(resolve(sc)))

@@ -43,12 +43,7 @@ class BackupMixin(CacheState):
         # allocation may run: under reclaim_mirrors the parent (a D+H host leaf until its child is
         # backed up) would otherwise be the very mirror reclaimed to make room for its child.
         parent = node.parent
-        pin = (
-            not write_back
-            and parent is not self.root
-            and parent.host_value is not None
-            and self.host_rule.host_set_prefix_closed(self)
-        )
+        pin = not write_back and parent is not self.root and parent.host_value is not None and self.host_prefix_closed
         if pin:
             self.protect_host(parent)
         try:
@@ -122,7 +117,7 @@ class BackupMixin(CacheState):
             x.pending_write = None
             chain.append(x)
             covered += len(x.key)
-            self._refresh(x)
+            self._refresh_host(x)
             x = x.parent
         chain.reverse()
         return chain

@@ -62,10 +62,16 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             pos += plen
             if partial:
                 break
-        # Stamp the matched path, ancestors first, so a deeper node is never older than its parent.
-        self._touch_root()
+        # Stamp the matched path, ancestors first, so a deeper node is never older than its parent
+        # (``_touch`` written out).
+        clock = self._clock + 1
+        self.root.last_access = clock
+        refresh = self._refresh
         for x in path:
-            self._touch(x)
+            clock += 1
+            x.last_access = clock
+            refresh(x)
+        self._clock = clock
         last = node
         host_hit = 0
         x = last
@@ -101,7 +107,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         else:
             counted_from = n if chunked else 0
         node = self.root
-        self._touch_root()
+        self._clock += 1  # _touch_root
+        node.last_access = self._clock
         prefix = 0
         while pos < n:
             child = node.children.get(keys[pos])
@@ -113,8 +120,10 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             plen = match_len(child.key, keys, pos)
             if plen < len(child.key):
                 child = self._split(child, plen)
-            # Touch after the split: the lower half was not referenced and keeps its age.
-            self._touch(child)
+            # Touch after the split: the lower half was not referenced and keeps its age (_touch).
+            self._clock += 1
+            child.last_access = self._clock
+            self._refresh(child)
             if child.value is None:
                 self._set_value(child, pages[pos : pos + plen])
                 self._track_duplicate(child)
@@ -128,7 +137,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         if pos < n:
             leaf = self._new_node(keys[pos:], priority)
             leaf.value = pages[pos:n]
-            leaf.hashes = self._page_hashes(node, leaf.key)
+            if self.storage is not None:
+                leaf.hashes = self._page_hashes(node, leaf.key)
             self.evictable_pages += n - pos
             self._add_child(node, leaf)
             if n > counted_from:
@@ -141,7 +151,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         if threshold is None or node.value is None:
             return
         node.hit_count += 1
-        self._refresh(node)
+        if self._hit_count_keyed:
+            self._refresh(node)
         if node.host_value is None and node.hit_count >= threshold:
             self.write_backup(node)
 
@@ -162,9 +173,10 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         Returns how many completed.
         """
         done = 0
-        while self.inflight:
-            for t in list(self.inflight.values()):
-                if t.id in self.inflight:
+        inflight = self.inflight
+        while inflight:
+            for t in list(inflight.values()):
+                if t.id in inflight:
                     self.complete(t, now)
                     done += 1
         return done

@@ -56,6 +56,9 @@ class HostEvictionRule:
     #: whose key depends on the cache's state when it is computed (``reclaim_mirrors`` reads the device
     #: LRU boundary) says False and names, in ``pure_key``, the nodes whose key is still pure.
     key_is_pure = True
+    #: Are candidates always H-only (no device copy)? The cache then skips ``is_candidate`` for nodes
+    #: on device.
+    h_only_candidates = True
 
     def host_set_prefix_closed(self, cache: HiCache) -> bool:
         """Must every host copy's parent have one too (or be the root)? Write-through with a
@@ -72,7 +75,8 @@ class HostEvictionRule:
         return self.host_set_prefix_closed(cache) or self.demotes
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
-        """Host-eviction candidate (read-only)."""
+        """Host-eviction candidate (read-only). Never a locked node, under any rule: the cache drops a
+        node's candidacy without asking when it is locked."""
         return (
             node.value is None
             and node.host_value is not None
@@ -141,6 +145,7 @@ class ReclaimMirrors(HostEvictionRule):
 
     name = "reclaim_mirrors"
     key_is_pure = False  # a mirror's key reads the device boundary when it is computed
+    h_only_candidates = False  # D+H mirrors are candidates too
 
     def __init__(self) -> None:
         # H-only candidates by key, lazily invalidated like the cache's heaps: the oldest H-only copy.

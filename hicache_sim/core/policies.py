@@ -27,6 +27,9 @@ class EvictionStrategy:
     """Orders eviction candidates. ``key(node)`` must change only when the node is touched."""
 
     name = "base"
+    #: Does ``key`` read ``node.hit_count``? If not, an insert-hit leaves every key as it was and the
+    #: cache does not re-queue the node.
+    reads_hit_count = False
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         self.config = dict(config or {})
@@ -53,6 +56,7 @@ class LFU(EvictionStrategy):
     """Fewest insert-hits first, then least recently used."""
 
     name = "lfu"
+    reads_hit_count = True
 
     def key(self, node: Node) -> Any:
         return (node.hit_count, node.last_access)
@@ -103,6 +107,7 @@ class SLRU(EvictionStrategy):
     """Segmented LRU: nodes hit fewer than ``protected_threshold`` times (default 2) go first."""
 
     name = "slru"
+    reads_hit_count = True
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         super().__init__(config)

@@ -46,7 +46,9 @@ class PagePool:
     def alloc(self, n: int) -> list[int] | None:
         """Take ``n`` pages (mutates). Returns None, changing nothing, when fewer are free."""
         fresh = self._fresh
-        from_fresh = min(n, self.size - fresh)
+        from_fresh = self.size - fresh
+        if from_fresh > n:
+            from_fresh = n
         rest = n - from_fresh
         if rest > len(self._free) - self._head:
             return None

@@ -51,8 +51,9 @@ class RequestMixin(CacheState):
         """
         m = self.match_prefix(keys[:match_pages])
         self.inc_lock_ref(m.last_device_node)
+        # The match's page list is new and this call's alone: the request takes it over.
         st = RequestState(
-            rid, keys, list(m.device_pages), len(m.device_pages), m.last_device_node, m.last_node, priority=priority
+            rid, keys, m.device_pages, len(m.device_pages), m.last_device_node, m.last_node, priority=priority
         )
         st.device_hit = len(m.device_pages)
         from_storage = min(self.prefetched_pages.pop(rid, 0), m.host_hit_pages)
@@ -143,9 +144,9 @@ class RequestMixin(CacheState):
         st.done = True
 
     def _insert_request(self, st: RequestState, upto: int, chunked: bool) -> int:
-        prefix = self.insert(
-            st.keys[:upto], st.pages[:upto], chunked=chunked, priority=st.priority, inserted=st.inserted
-        )
+        # insert reads ``pages`` only where ``keys`` has a page and keeps neither list: no copies.
+        keys = st.keys if upto == len(st.keys) else st.keys[:upto]
+        prefix = self.insert(keys, st.pages, chunked=chunked, priority=st.priority, inserted=st.inserted)
         st.inserted = max(st.inserted, upto)
         return prefix
 

@@ -40,6 +40,11 @@ class CacheState:
         self._dev_key = self.strategy.key
         self._host_is_candidate = self.host_rule.is_candidate
         self._host_key = self.host_rule.key
+        self._host_h_only = self.host_rule.h_only_candidates
+        # Must an insert-hit re-queue the node? Pure host keys read the node through the strategy's
+        # key (the checker recomputes them); an impure one may differ whenever it is recomputed.
+        self._hit_count_keyed = self.strategy.reads_hit_count or not self.host_rule.key_is_pure
+        self.host_prefix_closed = self.host_rule.host_set_prefix_closed(self)  # fixed by the config
         self.buffer_only = config.host_memory_mode == "buffer_only"
         self.has_host = config.has_host
         self._page_level = config.eviction_granularity == "page"
@@ -126,10 +131,9 @@ class CacheState:
         """Recompute both candidacies and keys of ``node``; push a heap entry where either changed.
 
         The hottest function of the core (every lock, touch and copy change): the device test is
-        ``is_device_candidate`` written out, the key functions are bound once in ``__init__``.
+        ``is_device_candidate`` written out, the key functions are bound once in ``__init__``. The
+        root needs no test: it stays locked (``lock_ref`` 1), so it is never a candidate.
         """
-        if node is self.root:
-            return
         cands = self._dev_cands
         if node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0:
             k = self._dev_key(node)
@@ -139,8 +143,23 @@ class CacheState:
                 heappush(self._dev_heap, (k, node.id, self._pushes, node))
         elif node in cands:
             del cands[node]
+        if node.value is not None and self._host_h_only:
+            # _refresh_host's answer for a node on device under an H-only rule, without the call.
+            if node in self._host_cands:
+                del self._host_cands[node]
+            return
+        self._refresh_host(node)
+
+    def _refresh_host(self, node: Node) -> None:
+        """Recompute the host candidacy and key of ``node`` only: for changes the device side does not
+        read (host copy, host pin, host children, pending write). Its device side is a pure function
+        of what did not change, so a full ``_refresh`` would leave it as it is.
+
+        Under a rule whose candidates are all H-only, a node on device skips the rule's test; it is
+        never in the host candidate set (invariant 8), so the hot callers skip the call for it.
+        """
         cands = self._host_cands
-        if self._host_is_candidate(self, node):
+        if (node.value is None or not self._host_h_only) and self._host_is_candidate(self, node):
             k = self._host_key(self, node)
             if cands.get(node) != k:
                 cands[node] = k
@@ -148,6 +167,11 @@ class CacheState:
                 heappush(self._host_heap, (k, node.id, self._pushes, node))
         elif node in cands:
             del cands[node]
+
+    def _drop_candidacy(self, node: Node) -> None:
+        """``_refresh`` of a node just locked: no rule keeps a locked node a candidate on either side."""
+        self._dev_cands.pop(node, None)
+        self._host_cands.pop(node, None)
 
     def _touch_root(self) -> None:
         """``_touch(root)``: the root is stamped but never a candidate."""
@@ -250,8 +274,10 @@ class CacheState:
         if node.value is not None:
             self.mirror_pages += len(pages)
         node.parent.n_host_children += 1
-        self._refresh(node)
-        self._refresh(node.parent)
+        if node.value is None or not self._host_h_only:
+            self._refresh_host(node)
+        if node.parent.value is None or not self._host_h_only:
+            self._refresh_host(node.parent)
 
     def _clear_host_value(self, node: Node) -> None:
         """Free a node's host pages (mutates)."""
@@ -262,8 +288,10 @@ class CacheState:
             self.mirror_pages -= n
         node.host_value = None
         node.parent.n_host_children -= 1
-        self._refresh(node)
-        self._refresh(node.parent)
+        if node.value is None or not self._host_h_only:
+            self._refresh_host(node)
+        if node.parent.value is None or not self._host_h_only:
+            self._refresh_host(node.parent)
 
     def _delete_leaf(self, node: Node) -> None:
         """Remove a childless node, freeing whatever device and host pages it holds."""
@@ -351,7 +379,7 @@ class CacheState:
                 self.protected_pages += n
                 newly += n
                 node.lock_ref = 1
-                self._refresh(node)
+                self._drop_candidacy(node)
             else:
                 node.lock_ref += 1
             node = node.parent
@@ -377,16 +405,16 @@ class CacheState:
     def protect_host(self, node: Node) -> None:
         """Pin the node's host copy (storage backup, prefetch anchor, load-back in progress)."""
         node.host_ref += 1
-        if node.host_ref == 1:
-            self._refresh(node)
+        if node.host_ref == 1 and (node.value is None or not self._host_h_only):
+            self._refresh_host(node)
 
     def release_host(self, node: Node) -> None:
         """Unpin the node's host copy; releasing below zero is an error, as upstream."""
         if node.host_ref <= 0:
             raise CacheStateError(f"release_host on node {node.id} with host_ref {node.host_ref}")
         node.host_ref -= 1
-        if node.host_ref == 0 and node.parent is not None:
-            self._refresh(node)
+        if node.host_ref == 0 and node.parent is not None and (node.value is None or not self._host_h_only):
+            self._refresh_host(node)
 
     # ---------------------------------------------------------------------------------- queries
 

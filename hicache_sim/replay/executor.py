@@ -12,7 +12,8 @@ H2D load-back runs per layer by default (SGLang loads layer by layer so prefill 
 0), or whole; D2H backup moves all layers at once. On CUDA each direction has its own stream, the
 host pool and staging are pinned, and the stream part is timed with CUDA events (a D2H kernel's
 host-side scatter, which runs on the CPU after the copy, is added with perf_counter). On CPU the
-same sequence runs on CPU tensors, timed with perf_counter (CPU ops are synchronous). Index tensors
+same sequence runs on CPU tensors, timed with a host clock (CPU ops are synchronous): elapsed time, or
+this thread's CPU time (``clock="cpu"``, what the sweep and validate-model use on one torch thread). Index tensors
 are built before the clock starts: timing covers the copy, not Python bookkeeping.
 """
 
@@ -45,25 +46,38 @@ class Timing:
     launches: int
 
 
-class _Clock:
-    """Times one operation: CUDA events on ``stream`` on GPU, perf_counter on CPU."""
+CPU_CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+"""Host clocks for CPU copies. ``wall``: elapsed time. ``cpu``: this thread's CPU time, which leaves
+out the slices the scheduler gives to other processes: on a loaded machine a copy longer than a
+slice is descheduled mid-copy and its wall time measures the neighbours (see ``replay.sweep``)."""
 
-    def __init__(self, stream) -> None:
+
+def default_clock(cpu_threads: int | None) -> str:
+    """The host clock for CPU copies on ``cpu_threads`` torch threads: this thread's CPU time when
+    there is one (the copy then runs on this thread alone), else elapsed time."""
+    return "cpu" if cpu_threads == 1 else "wall"
+
+
+class _Clock:
+    """Times one operation: CUDA events on ``stream`` on GPU, the host clock ``now`` on CPU."""
+
+    def __init__(self, stream, now=time.perf_counter) -> None:
         self.stream = stream
+        self.now = now
         if stream is not None:
             self.ev0 = torch.cuda.Event(enable_timing=True)
             self.ev1 = torch.cuda.Event(enable_timing=True)
 
     def start(self) -> None:
         if self.stream is None:
-            self.t0 = time.perf_counter()
+            self.t0 = self.now()
         else:
             self.ev0.record(self.stream)
 
     def stop(self) -> float:
         """Seconds since ``start``, after everything issued on the stream has finished."""
         if self.stream is None:
-            return time.perf_counter() - self.t0
+            return self.now() - self.t0
         self.ev1.record(self.stream)
         self.ev1.synchronize()
         return self.ev0.elapsed_time(self.ev1) / 1e3
@@ -77,10 +91,19 @@ class Executor:
     """
 
     def __init__(
-        self, pools: KVPools, io_backend: str, *, max_staging_bytes: int | None = None, flush_bytes: int | None = None
+        self,
+        pools: KVPools,
+        io_backend: str,
+        *,
+        max_staging_bytes: int | None = None,
+        flush_bytes: int | None = None,
+        clock: str = "wall",
     ) -> None:
         if io_backend not in IO_BACKENDS:
             raise ReplayError(f"io_backend {io_backend!r}: expected one of {', '.join(IO_BACKENDS)}")
+        if clock not in CPU_CLOCKS:
+            raise ReplayError(f"clock {clock!r}: expected one of {', '.join(CPU_CLOCKS)}")
+        self.now = CPU_CLOCKS[clock]
         self.pools = pools
         self.io_backend = io_backend
         self.device = pools.device
@@ -217,16 +240,16 @@ class Executor:
             hstage, dstage = host_stage[:numel].view(shape), dev_stage[:numel].view(shape)
             didx = torch.tensor(dc, dtype=torch.int64, device=self.device)
             hidx = torch.tensor(hc, dtype=torch.int64)
-            clock = _Clock(self.d2h_stream)
+            clock = _Clock(self.d2h_stream, self.now)
             with self._stream(self.d2h_stream):
                 clock.start()
                 torch.index_select(dv, 2, didx, out=dstage)
                 if self.cuda:
                     hstage.copy_(dstage, non_blocking=True)
                 elapsed = clock.stop()
-            t0 = time.perf_counter()
+            t0 = self.now()
             hv.index_copy_(2, hidx, hstage)  # host-side scatter: CPU work on both device kinds
-            total += elapsed + time.perf_counter() - t0
+            total += elapsed + self.now() - t0
             launches += 1
         return Timing(total, launches)
 
@@ -240,7 +263,7 @@ class Executor:
             numel = n * s.page_elements
             didx = torch.tensor(dc, dtype=torch.int64, device=self.device)
             hidx = torch.tensor(hc, dtype=torch.int64)
-            clock = _Clock(self.h2d_stream)
+            clock = _Clock(self.h2d_stream, self.now)
             if per_layer:  # staging (L, pages, kv, ...): each layer's slice contiguous, pages first
                 shape = (s.num_layers, n, s.kv_factor, s.page_size, s.heads, s.head_dim)
                 hstage, dstage = host_stage[:numel].view(shape), dev_stage[:numel].view(shape)
@@ -274,7 +297,7 @@ class Executor:
         shape = self.pools.shape
         joint_kv = self.pools.layout == "page_first_direct"  # K and V of a layer's page in one piece
         pairs = list(zip(s_slots, d_slots))
-        clock = _Clock(stream)
+        clock = _Clock(stream, self.now)
         with self._stream(stream):
             clock.start()
             for layer in range(shape.num_layers):

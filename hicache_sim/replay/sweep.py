@@ -10,6 +10,18 @@ other load on the machine spreads over all sizes instead of biasing one), every 
 from a flushed CPU cache, and each repeat is a separate pass over the whole grid (a point's repeats
 are minutes apart, so their median rejects a stretch of heavy load).
 
+On CPU each copy is timed by this thread's CPU time (``clock="cpu"``, one torch thread), not by
+elapsed time. On a loaded machine the scheduler deschedules the sweep for other processes' slices:
+a copy shorter than a slice usually runs whole, a longer one (here above ~2 MB) waits out
+neighbours mid-copy, so elapsed time bends the size curve the model is fitted to (measured under
+load average 8: copies of 128 KB-2 MB at 0.3-0.7x the fit, above 2 MB at 1.3-2.2x; held-out
+median error 62 %); CPU time leaves those waits out (load average 6-8: held-out median 5.4 %;
+``results/calibration/README.md``). What it keeps is the slowdown while running (memory and cache shared with
+neighbours), so a loaded machine still calibrates slower than an idle one. ``reference=True``
+also times a fixed reference copy before each point and divides out the drift it shows
+(``calibration.drift``); measured, it did not lower the held-out error (the slowdown that remains
+depends on the copy's size, which one factor cannot follow), so it is off by default.
+
 The default model is deliberately small (2 layers, 1 KV head of 32) so the full sweep runs on two CPU
 cores in about a minute; a scenario's real dimensions can be given instead (``KVShape``).
 """
@@ -17,17 +29,22 @@ cores in about a minute; a scenario's real dimensions can be given instead (``KV
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
 import torch
 
+from ..calibration.drift import DEFAULT_WINDOW, normalise_drift
 from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
-from .executor import Executor
+from .executor import Executor, ReplayError, default_clock
 from .pools import KVShape, allocate_pools, cpu_threads, device_name
 
 DEFAULT_PAGE_COUNTS = tuple(2**i for i in range(13))  # 1, 2, 4, ..., 4096
+REFERENCE_BYTES = 256 << 10
+"""The reference copy: 256 KiB, in cache (see ``_Reference``)."""
+REFERENCE_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,24 @@ class SweepConfig:
     seed: int = 0
     max_pool_bytes: int | None = None
     cpu_threads: int | None = 1  # torch threads on CPU (see pools.cpu_threads); None: torch's default
+    clock: str | None = None  # host clock of CPU copies (executor.CPU_CLOCKS); None: see host_clock
+    reference: bool = False  # time the drift reference before each point (calibration.drift)
+    reference_window: int = DEFAULT_WINDOW
+
+    def host_clock(self) -> str:
+        """The clock CPU copies are timed with: this thread's CPU time when torch runs one thread
+        (the copy then runs on this thread alone), else elapsed time."""
+        if self.clock is None:
+            return default_clock(self.cpu_threads)
+        if self.clock == "cpu" and self.cpu_threads != 1:
+            raise ReplayError(
+                f"clock cpu counts this thread's CPU time only: it needs 1 torch thread, not {self.cpu_threads}"
+            )
+        return self.clock
+
+    def uses_reference(self, device: torch.device) -> bool:
+        """Whether the sweep times the drift reference on ``device``."""
+        return self.reference
 
     def limited(self, max_pages: int) -> SweepConfig:
         """The same grid with page counts up to ``max_pages`` (a smaller, faster sweep)."""
@@ -91,24 +126,64 @@ def sweep_metadata(cfg: SweepConfig, df: pd.DataFrame, device: torch.device, wal
             "dtype": s.dtype,
         },
         "cpu_threads": cfg.cpu_threads,
+        "clock": cfg.host_clock() if device.type == "cpu" else "cuda events",
+        "reference": {"bytes": REFERENCE_BYTES, "window": cfg.reference_window} if cfg.uses_reference(device) else None,
     }
 
 
 def run_sweep(cfg: SweepConfig, device: torch.device, *, progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Run the grid on ``device``; one row per measurement (plus ``repeat`` and ``point``).
 
-    Page counts a capped pool cannot hold are skipped (``progress`` still advances for them).
+    Page counts a capped pool cannot hold are skipped (``progress`` still advances for them). Rows
+    are in measurement order (``seq``) and keep the raw duration (``duration_raw_s``); with the
+    reference, ``reference_s`` and ``drift_factor`` too, and ``duration_s`` is drift-corrected.
     """
     with cpu_threads(cfg.cpu_threads if device.type == "cpu" else None):
-        return _run(cfg, device, progress)
+        df = _run(cfg, device, progress, _Reference(device) if cfg.uses_reference(device) else None)
+    df["duration_raw_s"] = df["duration_s"] if len(df) else pd.Series(dtype=float)
+    if "reference_s" in df.columns and len(df):
+        df = normalise_drift(df, cfg.reference_window)
+    return df
 
 
-def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None] | None) -> pd.DataFrame:
+class _Reference:
+    """The drift reference: the fastest of ``REFERENCE_TRIES`` back-to-back copies of a
+    ``REFERENCE_BYTES`` buffer that lives in cache (the first copy warms it, untimed).
+
+    A copy in cache measures what the machine gives this process at that moment (its share of a
+    core, the clock, a sibling hyperthread's load) and not the memory state the previous point left
+    (a cold 1 MiB reference took 124 to 190 us on a quiet machine depending on the previous copy's
+    size); the fastest of a few rejects a tick lost by one of them. It runs before the cache flush,
+    so the measured copy starts from the same state as without a reference.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.src = torch.ones(REFERENCE_BYTES, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        self.dst = torch.empty(REFERENCE_BYTES, dtype=torch.uint8, device=device)
+
+    def _copy(self) -> float:
+        t0 = time.perf_counter()
+        self.dst.copy_(self.src)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
+    def time(self) -> float:
+        self._copy()
+        return min(self._copy() for _ in range(REFERENCE_TRIES))
+
+
+def _run(
+    cfg: SweepConfig, device: torch.device, progress: Callable[[int], None] | None, ref: _Reference | None
+) -> pd.DataFrame:
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     rows: list[dict] = []
     name = device_name(device)
     slots: dict[tuple, tuple[list[int], list[int]]] = {}  # (page size, layout, io, op, count) -> pages
+    # On CUDA torch's host threads are not limited (host-side scatters may run on several): elapsed time.
+    clock = cfg.host_clock() if device.type == "cpu" else "wall"
     for rep in range(-min(cfg.warmup, 1), cfg.repeats):
         # One pass over the whole grid per repeat: a configuration's repeats lie minutes apart, so the
         # median of its repeats rejects a stretch of heavy load on a shared machine rather than
@@ -119,7 +194,7 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
                 want = max(cfg.page_counts)
                 pools = allocate_pools(shape, layout, want, want, device, max_pool_bytes=cfg.max_pool_bytes)
                 for io in cfg.io_backends:
-                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes)
+                    ex = Executor(pools, io, max_staging_bytes=cfg.max_pool_bytes, clock=clock)
                     counts = [c for c in cfg.page_counts if c <= min(pools.device_pages, pools.host_pages)]
                     skipped = (len(cfg.page_counts) - len(counts)) * len(cfg.operations())
                     if counts:
@@ -133,6 +208,7 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
                             host = torch.randperm(pools.host_pages, generator=gen)[:count].tolist()
                             slots[key] = (dev, host)
                         dev, host = slots[key]
+                        ref_s = ref.time() if ref is not None else None
                         ex.flush_caches()
                         if direction == "d2h":
                             t = ex.d2h(dev, host)
@@ -141,7 +217,9 @@ def _run(cfg: SweepConfig, device: torch.device, progress: Callable[[int], None]
                         if rep < 0:
                             continue
                         row = ex.row(direction, count, t, gran)
-                        row.update(repeat=rep, device_name=name)
+                        row.update(repeat=rep, device_name=name, seq=len(rows))
+                        if ref_s is not None:
+                            row["reference_s"] = ref_s
                         rows.append(row)
                         if progress is not None:
                             progress(1)
