@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hicache_sim.core import (
     EVICTION_STRATEGIES,
     PREFETCH_STOP_POLICIES,
+    SEMANTICS,
     CacheConfig,
     HiCache,
     check,
@@ -22,7 +23,6 @@ from hicache_sim.core.policies import (
     EVICTION_GRANULARITIES,
     HOST_EVICTION_RULES,
     HOST_MEMORY_MODES,
-    SEMANTICS,
     WRITE_POLICIES,
 )
 from hicache_sim.core.tree import chain_hashes
