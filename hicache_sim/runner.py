@@ -7,28 +7,44 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import yaml
 
 from . import __version__
 from .instant import run_instant
+from .output.columns import Columns
 from .output.summary import build_summary
 from .output.write import staged_folder
 from .scenario import Resolved, Scenario, resolve, scenario_dump
 from .workloads.build import build_workload
 from .workloads.synthetic import Workload
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 @dataclass
 class RunOutput:
-    """Everything a run produced, in memory."""
+    """Everything a run produced, in memory. The per-request rows and the time series are kept as
+    columns (no pandas needed to summarise, draw or write them); ``requests`` and ``timeseries`` give
+    them as DataFrames, made when first asked for."""
 
     resolved: Resolved
     summary: dict
-    requests: pd.DataFrame
-    timeseries: pd.DataFrame
+    request_columns: Columns
+    timeseries_columns: Columns
     transfers: pd.DataFrame | None
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request in arrival order (imports pandas)."""
+        return self.request_columns.to_frame()
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        """The sampled pool state over the run (imports pandas)."""
+        return self.timeseries_columns.to_frame()
 
 
 def _sizes(r: Resolved) -> dict:
@@ -73,12 +89,12 @@ def _token_hits(req, page_size: int, d: int, h: int, s: int) -> tuple[int, int, 
     return td, th, ts
 
 
-def _with_rounds(df: pd.DataFrame, wl: Workload) -> pd.DataFrame:
+def _rounds_of(rids, wl: Workload) -> list[int] | None:
     """Multi-turn runs: each row's round (its client's turn), the key of summary.json's ``rounds``."""
-    if wl.closed_loop and len(df):
-        by_rid = {q.rid: q.turn for q in wl.requests}
-        df["round"] = [by_rid[rid] for rid in df["rid"]]
-    return df
+    if not (wl.closed_loop and len(rids)):
+        return None
+    by_rid = {q.rid: q.turn for q in wl.requests}
+    return [by_rid[rid] for rid in rids]
 
 
 def run_instant_scenario(
@@ -158,17 +174,27 @@ def run_instant_scenario(
         )
         for append, v in zip(add, values, strict=True):
             append(v)
-    df = _with_rounds(pd.DataFrame(cols), wl)
+    rounds = _rounds_of(cols["rid"], wl)
+    if rounds is not None:
+        cols["round"] = rounds
+    table = Columns(cols)
     summary = build_summary(
-        df,
+        table,
         warmup_fraction=sc.metrics.warmup_fraction,
         counters=out.cache.counters.as_dict(),
         residency=out.cache.residency(),
         sizes=_sizes(r),
         mode="instant",
     )
-    transfers = pd.DataFrame(out.transfers) if record_transfers else None
-    return RunOutput(r, summary, df, pd.DataFrame(series), transfers)
+    transfers = _frame(out.transfers) if record_transfers else None
+    return RunOutput(r, summary, table, Columns.from_rows(series), transfers)
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """A DataFrame of rows (the transfer log: only runs that record it import pandas)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows)
 
 
 def run_timed_scenario(
@@ -204,11 +230,14 @@ def run_timed_scenario(
         finally:
             sink.close()
         df = pq.read_table(Path(spool) / "requests.parquet").to_pandas()
-    df = _with_rounds(df, wl)
-    if "round" in df:  # the column order of rows built in memory: prompt_tokens last
+    rounds = _rounds_of(df["rid"], wl)
+    if rounds is not None:
+        df["round"] = rounds
+        # the column order of rows built in memory: prompt_tokens last
         df = df[[c for c in df.columns if c != "prompt_tokens"] + ["prompt_tokens"]]
+    table = Columns.from_frame(df)
     summary = build_summary(
-        df,
+        table,
         warmup_fraction=sc.metrics.warmup_fraction,
         counters=res.counters,
         residency=res.cache.residency(),
@@ -216,8 +245,8 @@ def run_timed_scenario(
         mode="timed",
         timed={"sim_time_s": res.sim_time_s, "links": res.links},
     )
-    transfers = pd.DataFrame(res.transfers) if record_transfers else None
-    return RunOutput(r, summary, df, pd.DataFrame(res.timeseries), transfers)
+    transfers = _frame(res.transfers) if record_transfers else None
+    return RunOutput(r, summary, table, Columns.from_frame(_frame(res.timeseries)), transfers)
 
 
 def simulate(
@@ -244,19 +273,19 @@ def versions() -> dict:
     """Library versions of this process: written to ``environment.json`` (not tracked in git), so that
     committed result folders do not change with the machine that re-made them."""
     import sys
+    from importlib.metadata import version
 
     import numpy
     import pyarrow
     import pydantic
-    import simpy
 
     return {
         "hicache_sim": __version__,
         "python": ".".join(map(str, sys.version_info[:3])),
         "numpy": numpy.__version__,
-        "pandas": pd.__version__,
+        "pandas": version("pandas"),
         "pyarrow": pyarrow.__version__,
-        "simpy": simpy.__version__,
+        "simpy": version("simpy"),  # read, not imported: an instant run needs no simpy
         "pydantic": pydantic.__version__,
     }
 
@@ -270,14 +299,21 @@ def write_parquet(df: pd.DataFrame, path: Path) -> None:
     pq.write_table(table, path)
 
 
+def _write_table(cols: Columns, path: Path) -> None:
+    """:func:`write_parquet` of columns: the same bytes, with pyarrow alone."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(cols.to_arrow(), path)
+
+
 def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) -> Path:
     """Write the result folder atomically (built beside ``out_dir``, then swapped in). The caller checks
     ``out_dir`` first with :func:`hicache_sim.output.write.check_target`."""
     out_dir = Path(out_dir)
     with staged_folder(out_dir, "run") as tmp:
         (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2) + "\n", encoding="utf-8")
-        write_parquet(out.requests, tmp / "requests.parquet")
-        write_parquet(out.timeseries, tmp / "timeseries.parquet")
+        _write_table(out.request_columns, tmp / "requests.parquet")
+        _write_table(out.timeseries_columns, tmp / "timeseries.parquet")
         if out.transfers is not None:
             write_parquet(out.transfers, tmp / "transfers.parquet")
         resolved = {
@@ -290,5 +326,7 @@ def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) 
         if figures:
             from .output.plots import run_figures
 
-            run_figures(out.resolved.scenario.name, out.summary["mode"], out.requests, out.timeseries, tmp)
+            run_figures(
+                out.resolved.scenario.name, out.summary["mode"], out.request_columns, out.timeseries_columns, tmp
+            )
     return out_dir

@@ -128,6 +128,17 @@ SCENARIO_CASES = [
         ["workload.multiturn", "min_rounds (5) must be <= max_rounds (3)"],
         id="round-range-reversed",
     ),
+    pytest.param(
+        {**TINY, "model": {"preset": "qwen3-30b-a3b", "experts_per_token": 300}},
+        ["model.experts_per_token", "1 <= experts_per_token <= num_experts (128)"],
+        id="moe-top-k-above-experts",
+    ),
+    pytest.param(
+        {**TINY, "model": {"preset": "qwen3-30b-a3b", "moe_intermediate_size": 100_000}},
+        ["model.num_experts", "routed experts alone hold", "params_b 30.5"],
+        id="moe-experts-larger-than-the-model",
+    ),
+    pytest.param(with_("hardware", moe_mfu=1.5), ["hardware.moe_mfu", "1"], id="moe-mfu-above-one"),
 ]
 
 
@@ -146,6 +157,7 @@ def test_bad_scenario(tmp_path, verb, content, fragments):
     [
         ({"linear_mfu": 2}, ["cal.yaml", "compute.linear_mfu", "(0, 1]"]),
         ({"flux": 1}, ["cal.yaml", "compute.flux", "unknown field"]),
+        ({"moe_mfu": 0}, ["cal.yaml", "compute.moe_mfu", "(0, 1]"]),
     ],
 )
 def test_bad_compute_section_of_a_calibration_file(tmp_path, compute, fragments):

@@ -1,5 +1,6 @@
 """Each verb imports only what it uses: loading the CLI (``--help`` included) pulls in none of the heavy
-libraries, ``validate`` no table or plotting library, ``run --no-figures`` no plotting library. A
+libraries, ``validate`` no table or plotting library, ``run --no-figures`` no plotting library, an
+instant ``run`` no pandas (its summary, figures and parquet files are built from numpy and pyarrow). A
 behaviour check on ``sys.modules`` in a fresh interpreter, not a timing test (bench/bench_cli.py times it)."""
 
 from __future__ import annotations
@@ -51,18 +52,19 @@ def test_validate_imports_only_the_schema():
     assert set(imported("validate", "builtin:default")) <= {"pydantic"}
 
 
-def test_run_without_figures_imports_no_plotting_or_fitting_library(tmp_path):
+def test_instant_run_without_figures_imports_no_table_plotting_or_fitting_library(tmp_path):
     loaded = set(
         imported(
             "run", "builtin:default", "--set", "workload.trace.limit=50", "--no-figures", "--out", str(tmp_path / "r")
         )
     )
-    assert "pandas" in loaded  # the probe sees what the run really loads
-    assert not loaded & {"matplotlib", "scipy", "torch", "dask", "distributed"}, sorted(loaded)
+    assert "pyarrow" in loaded  # the probe sees what the run really loads
+    assert not loaded & {"pandas", "simpy", "matplotlib", "scipy", "torch", "dask", "distributed"}, sorted(loaded)
+    assert (tmp_path / "r" / "requests.parquet").is_file()
 
 
-def test_run_with_figures_imports_matplotlib_but_no_fitting_library(tmp_path):
+def test_instant_run_with_figures_imports_matplotlib_but_no_table_or_fitting_library(tmp_path):
     loaded = set(imported("run", "builtin:default", "--set", "workload.trace.limit=50", "--out", str(tmp_path / "r")))
     assert "matplotlib" in loaded
-    assert not loaded & {"scipy", "torch", "dask", "distributed"}, sorted(loaded)
+    assert not loaded & {"pandas", "simpy", "scipy", "torch", "dask", "distributed"}, sorted(loaded)
     assert (tmp_path / "r" / "hit_rate.png").is_file()

@@ -90,7 +90,11 @@ def test_tensor_parallel_splits_one_requests_prefill_pipeline_parallel_does_not(
     tp2 = ComputeModel.from_resolved(resolved(hardware={"tp": 2}))
     pp2 = ComputeModel.from_resolved(resolved(hardware={"pp": 2}))
     chunk = [(8192, 0)]
-    assert tp2.prefill_time(chunk) == pytest.approx(one.prefill_time(chunk) / 2, rel=1e-6)
+    # Half the work per rank, plus two all-reduces per layer of 8192 bf16 rows of 4096 over H200's
+    # 475 GB/s bus bandwidth, ring factor 2 (2 - 1) / 2 = 1, 10 us each: 64 x (10 us + 141.3 us).
+    allreduce = 2 * 32 * (10e-6 + 8192 * 4096 * 2 * 1.0 / 475e9)
+    assert allreduce == pytest.approx(9.68e-3, rel=1e-3)
+    assert tp2.prefill_time(chunk) == pytest.approx(one.prefill_time(chunk) / 2 + allreduce, rel=1e-6)
     # A stage holds half the layers (and does half the work) but the request crosses both stages.
     assert pp2.num_layers == 16 and pp2.pp == 2
     assert pp2.prefill_time(chunk) == pytest.approx(one.prefill_time(chunk) / 2, rel=1e-6)
@@ -132,3 +136,71 @@ def test_a_short_prefill_after_a_long_context_is_bound_by_reading_it(params):
     lin, att = _linear_and_attention(p, 1, c)
     assert lin / (p.peak_flops * p.linear_mfu) + att / (p.peak_flops * p.attention_mfu) < want
     assert m.prefill_time([(1, c)]) == pytest.approx(want)
+
+
+def _qwen3_235b_on_8_h800() -> ComputeModel:
+    return ComputeModel.from_resolved(
+        resolved(model="qwen3-235b-a22b", hardware={"gpu": "h800", "tp": 8}, cache={"device_tokens": 64 * 100})
+    )
+
+
+def test_moe_preset_splits_routed_experts_from_the_rest():
+    # Qwen3-235B-A22B config.json: 94 layers, 128 experts of 1536 over hidden 4096, top 8: routed
+    # 94 x 128 x 3 x 4096 x 1536 = 227.1 B of 235 B, 14.2 B of the 22 B active; one rank of 8 holds 1/8.
+    p = _qwen3_235b_on_8_h800().params
+    assert p.routed_params == pytest.approx(94 * 128 * 3 * 4096 * 1536 / 8)
+    assert (p.num_experts, p.experts_per_token, p.hidden_size) == (128, 8, 4096)
+    assert p.allreduce_Bps == 215e9 and p.moe_mfu == 0.25
+
+
+def test_moe_prefill_runs_routed_experts_at_the_grouped_gemm_efficiency_plus_tp_allreduces():
+    m = _qwen3_235b_on_8_h800()
+    n = 8192
+    routed_active = 94 * 8 * 3 * 4096 * 1536 / 8  # per token, per rank
+    dense_active = 22e9 / 8 - routed_active
+    linear = 2 * n * (dense_active / (989.4e12 * 0.7) + routed_active / (989.4e12 * 0.25))
+    attention = 4 * 94 * (64 * 128 // 8) * (n * (n + 1) / 2) / (989.4e12 * 0.6)
+    # 8192 tokens reach every expert: the step reads all 58.75 GB of the rank's weights, 21.9 ms at
+    # 0.8 x 3.35 TB/s, less than the compute.
+    memory = 235e9 * 2 / 8 / (3350e9 * 0.8)
+    assert memory < linear + attention
+    # 2 x 94 all-reduces of 8192 x 4096 bf16 (67.1 MB), ring 2 x 7 / 8, 215 GB/s bus, 10 us each.
+    allreduce = 188 * (10e-6 + n * 4096 * 2 * 1.75 / 215e9)
+    assert allreduce == pytest.approx(0.1046, rel=1e-3)
+    assert m.prefill_time([(n, 0)]) == pytest.approx(linear + attention + allreduce, rel=1e-9)
+
+
+def test_moe_decode_reads_only_the_experts_its_tokens_reach():
+    m = _qwen3_235b_on_8_h800()
+    p = m.params
+    hbm = 3350e9 * 0.8
+    routed_bytes = p.routed_params * 2
+    dense_bytes = 235e9 * 2 / 8 - routed_bytes
+    ar = 188 * 10e-6  # one token's all-reduce bytes are negligible next to the latency: counted below
+    # One token reaches exactly its 8 of 128 experts per layer: 1/16 of the routed weights.
+    assert m.experts_touched(1) == pytest.approx(8)
+    one = (dense_bytes + routed_bytes / 16) / hbm + ar + 188 * 4096 * 2 * 1.75 / 215e9
+    assert m.decode_time(1, 0) == pytest.approx(one, rel=1e-9)
+    # 64 tokens miss an expert with probability (120/128)^64 = 1.6%: 125.9 experts read.
+    assert m.experts_touched(64) == pytest.approx(128 * (1 - (15 / 16) ** 64))
+    assert m.experts_touched(64) == pytest.approx(125.95, abs=0.01)
+    # A dense model reads every weight whatever the batch.
+    dense = ComputeModel(ComputeParams.from_resolved(resolved()))
+    assert dense.weights_read(1) == dense.params.weight_bytes == pytest.approx(8.03e9 * 2)
+
+
+def test_no_allreduce_without_tensor_parallelism(params):
+    m = ComputeModel(params)
+    assert m.allreduce_time(8192) == 0.0
+    tp8 = ComputeModel.from_resolved(resolved(hardware={"tp": 8}))
+    # 64 all-reduces of one 4096-wide bf16 row: the 10 us latency dominates (0.64 ms per decode step).
+    assert tp8.allreduce_time(1) == pytest.approx(64 * (10e-6 + 4096 * 2 * 1.75 / 475e9))
+
+
+def test_moe_fields_that_contradict_the_model_size_are_refused():
+    from hicache_sim.scenario.resolve import ConfigError
+
+    with pytest.raises(ConfigError, match="experts_per_token"):
+        resolved(model={"preset": "qwen3-235b-a22b", "experts_per_token": 200}, hardware={"tp": 8})
+    with pytest.raises(ConfigError, match="routed experts alone"):
+        resolved(model={"preset": "qwen3-235b-a22b", "num_experts": 256}, hardware={"tp": 8})

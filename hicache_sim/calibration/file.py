@@ -25,6 +25,8 @@ COMPUTE_FIELDS = {
     "linear_mfu": (0.0, 1.0, False),
     "attention_mfu": (0.0, 1.0, False),
     "hbm_efficiency": (0.0, 1.0, False),
+    "moe_mfu": (0.0, 1.0, False),
+    "allreduce_latency_us": (0.0, 1e9, True),
     "step_overhead_us": (0.0, 1e9, True),
     "request_overhead_us": (0.0, 1e9, True),
 }

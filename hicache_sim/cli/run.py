@@ -25,7 +25,7 @@ def summary_line(name: str, s: dict) -> str:
 
 
 def _reasons(requests) -> str:
-    reasons = sorted({r for r in requests.get("reason", []) if r}) if len(requests) else []
+    reasons = sorted({str(r) for r in requests.get("reason", []) if r}) if len(requests) else []
     shown = "; ".join(reasons[:2]) + (f"; and {len(reasons) - 2} more reasons" if len(reasons) > 2 else "")
     return f" ({shown})" if shown else ""
 
@@ -102,7 +102,7 @@ def run(
             )
     with output_errors(out or folder):
         write_outputs(result, folder, figures=not no_figures)
-    partial = rejected_warning(result.summary, result.requests)
+    partial = rejected_warning(result.summary, result.request_columns)
     if partial:
         typer.echo(f"warning: {partial}", err=True)
     typer.echo(summary_line(sc.name, result.summary))
@@ -110,7 +110,7 @@ def run(
         typer.echo(rounds_table(result.summary["rounds"]))
     shown = out if out is not None else Path("results") / sc.name
     typer.echo(f"wrote {shown}")
-    empty = nothing_served(result.summary, result.requests)
+    empty = nothing_served(result.summary, result.request_columns)
     if empty:
         typer.echo(f"error: {empty}", err=True)
         raise typer.Exit(1)

@@ -26,6 +26,11 @@ class ModelPreset:
     ``q_heads`` x ``head_dim`` is the attention width used for the attention FLOPs term (for MLA
     ``head_dim`` is the query/key head dimension, nope + rope). ``weights_dtype``: how the checkpoint
     stores the linear weights (its bytes per parameter, and whether fp8 tensor cores run them).
+    ``hidden_size``: the residual width, what a tensor-parallel all-reduce carries per token (0: taken
+    as ``q_heads x head_dim``). Mixture of experts (config.json): ``num_experts`` routed experts of
+    ``moe_intermediate_size`` each (gate, up and down projections: ``3 x hidden x width`` parameters),
+    ``experts_per_token`` of them per token (top-k), in every layer but the first ``dense_layers``;
+    ``shared_experts`` always run (their parameters are in the non-routed part). 0 experts: dense.
     """
 
     name: str
@@ -39,22 +44,98 @@ class ModelPreset:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     weights_dtype: str = "bf16"
+    hidden_size: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0
+
+    @property
+    def hidden(self) -> int:
+        """Residual width (all-reduce message per token)."""
+        return self.hidden_size or self.q_heads * self.head_dim
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts."""
+        return self.num_layers - self.dense_layers if self.num_experts else 0
+
+    @property
+    def routed_params_b(self) -> float:
+        """Parameters of every routed expert of every MoE layer, billions (read when touched)."""
+        return self.moe_layers * self.num_experts * 3 * self.hidden * self.moe_intermediate_size / 1e9
 
 
 MODELS: Registry[ModelPreset] = Registry("model preset", "model")
+# DeepSeek-V3 / R1 config.json: hidden 7168, 256 routed experts of 2048, top 8, one shared expert, the
+# first 3 layers dense (first_k_dense_replace).
+_DEEPSEEK_V3_MOE = dict(
+    hidden_size=7168, num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1, dense_layers=3
+)
 for _m in (
-    ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03),
-    ModelPreset("llama-3.1-70b", 80, 8, 128, 64, 70.6, 70.6),
-    ModelPreset("llama-3.1-405b", 126, 8, 128, 128, 405.9, 405.9),
-    ModelPreset("qwen2.5-7b", 28, 4, 128, 28, 7.6, 7.6),
-    ModelPreset("qwen2.5-72b", 80, 8, 128, 64, 72.7, 72.7),
-    ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2),
-    ModelPreset("qwen3-14b", 40, 8, 128, 40, 14.8, 14.8),
-    ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8),
-    ModelPreset("qwen3-30b-a3b", 48, 4, 128, 32, 30.5, 3.3),
-    ModelPreset("qwen3-235b-a22b", 94, 4, 128, 64, 235.0, 22.0),
-    ModelPreset("glm-4.5", 92, 8, 128, 96, 355.0, 32.0),
-    ModelPreset("deepseek-v3", 61, 1, 192, 128, 671.0, 37.0, attention="mla", kv_lora_rank=512, qk_rope_head_dim=64),
+    ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03, hidden_size=4096),
+    ModelPreset("llama-3.1-70b", 80, 8, 128, 64, 70.6, 70.6, hidden_size=8192),
+    ModelPreset("llama-3.1-405b", 126, 8, 128, 128, 405.9, 405.9, hidden_size=16384),
+    ModelPreset("qwen2.5-7b", 28, 4, 128, 28, 7.6, 7.6, hidden_size=3584),
+    ModelPreset("qwen2.5-72b", 80, 8, 128, 64, 72.7, 72.7, hidden_size=8192),
+    ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2, hidden_size=4096),
+    ModelPreset("qwen3-14b", 40, 8, 128, 40, 14.8, 14.8, hidden_size=5120),
+    ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8, hidden_size=5120),
+    ModelPreset(
+        "qwen3-30b-a3b",
+        48,
+        4,
+        128,
+        32,
+        30.5,
+        3.3,
+        hidden_size=2048,
+        num_experts=128,
+        experts_per_token=8,
+        moe_intermediate_size=768,
+    ),
+    ModelPreset(
+        "qwen3-235b-a22b",
+        94,
+        4,
+        128,
+        64,
+        235.0,
+        22.0,
+        hidden_size=4096,
+        num_experts=128,
+        experts_per_token=8,
+        moe_intermediate_size=1536,
+    ),
+    ModelPreset(
+        "glm-4.5",
+        92,
+        8,
+        128,
+        96,
+        355.0,
+        32.0,
+        hidden_size=5120,
+        num_experts=160,
+        experts_per_token=8,
+        moe_intermediate_size=1536,
+        shared_experts=1,
+        dense_layers=3,
+    ),
+    ModelPreset(
+        "deepseek-v3",
+        61,
+        1,
+        192,
+        128,
+        671.0,
+        37.0,
+        attention="mla",
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        **_DEEPSEEK_V3_MOE,
+    ),
     # DeepSeek-R1 is the V3 architecture; its checkpoint stores the linear weights in fp8 (e4m3, 128x128
     # blocks), which is what lets 671 B parameters fit on eight 141 GB GPUs.
     ModelPreset(
@@ -69,6 +150,7 @@ for _m in (
         kv_lora_rank=512,
         qk_rope_head_dim=64,
         weights_dtype="fp8",
+        **_DEEPSEEK_V3_MOE,
     ),
 ):
     MODELS.add(_m.name, _m)
@@ -78,7 +160,9 @@ for _m in (
 class GPUPreset:
     """One GPU: dense tensor TFLOP/s (bf16, and fp8 where the GPU has it), HBM GB/s, the memory the
     device reports (MiB, as ``nvidia-smi`` / ``rocm-smi`` print it: what SGLang's profiling starts
-    from) with where that figure comes from, and its host link preset."""
+    from) with where that figure comes from, its host link preset, and the all-reduce bus bandwidth
+    of 8 such GPUs in one node (GB/s, nccl-tests' ``busbw``: a ring all-reduce of ``S`` bytes over ``n``
+    ranks takes ``2 (n - 1) / n x S / busbw``)."""
 
     name: str
     bf16_tflops: float
@@ -87,6 +171,7 @@ class GPUPreset:
     memory_mib: int
     memory_source: str
     pcie: str
+    allreduce_busbw_gbps: float
 
     @property
     def memory_bytes(self) -> int:
@@ -94,18 +179,22 @@ class GPUPreset:
 
 
 GPUS: Registry[GPUPreset] = Registry("gpu preset", "hardware.gpu")
+# All-reduce bus bandwidth (8 GPUs): measured on H800 (215, NVIDIA/nccl#1374) and H200 (475,
+# NVIDIA/nccl-tests#272); H100 480 as NCCL's developer states for 8 GPUs with NVLink SHARP
+# (NVIDIA/nccl-tests#212), H20 the same NVLink 4. Elsewhere an estimate: 0.82 of the per-direction link
+# rate (#212: 370 of 450 GB/s with ring), A100 300, B200 900, MI300X 7 x 64 GB/s, PCIe cards Gen4 25.1.
 for _g in (
-    GPUPreset("h100", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, H100 80GB HBM3", "gen5"),
-    GPUPreset("h800", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, NVIDIA H800 (80 GB)", "gen5"),
-    GPUPreset("h200", 989.4, 1978.9, 4800.0, 143771, "nvidia-smi, NVIDIA H200", "gen5"),
-    GPUPreset("h20", 148.0, 296.0, 4000.0, 97871, "nvidia-smi, NVIDIA H20 (96 GB)", "gen5"),
-    GPUPreset("h20-141g", 148.0, 296.0, 4800.0, 143771, "nvidia-smi, NVIDIA H20-3e (141 GB)", "gen5"),
-    GPUPreset("a100", 312.0, None, 2039.0, 81920, "nvidia-smi, A100 80GB", "gen4"),
-    GPUPreset("a10", 125.0, None, 600.0, 23028, "nvidia-smi, NVIDIA A10 (24 GB, ECC on)", "gen4"),
-    GPUPreset("l20", 119.5, 239.0, 864.0, 46068, "nvidia-smi, NVIDIA L20 (48 GB, ECC on)", "gen4"),
-    GPUPreset("l40s", 362.0, 733.0, 864.0, 46068, "nvidia-smi, L40S (48 GB, ECC on)", "gen4"),
-    GPUPreset("b200", 2250.0, 4500.0, 8000.0, 183359, "nvidia-smi, NVIDIA B200", "gen5"),
-    GPUPreset("mi300x", 1307.4, 2614.9, 5300.0, 196288, "rocm-smi, 205,822,885,888 B VRAM total", "gen5_rocm"),
+    GPUPreset("h100", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, H100 80GB HBM3", "gen5", 480.0),
+    GPUPreset("h800", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, NVIDIA H800 (80 GB)", "gen5", 215.0),
+    GPUPreset("h200", 989.4, 1978.9, 4800.0, 143771, "nvidia-smi, NVIDIA H200", "gen5", 475.0),
+    GPUPreset("h20", 148.0, 296.0, 4000.0, 97871, "nvidia-smi, NVIDIA H20 (96 GB)", "gen5", 480.0),
+    GPUPreset("h20-141g", 148.0, 296.0, 4800.0, 143771, "nvidia-smi, NVIDIA H20-3e (141 GB)", "gen5", 480.0),
+    GPUPreset("a100", 312.0, None, 2039.0, 81920, "nvidia-smi, A100 80GB", "gen4", 246.0),
+    GPUPreset("a10", 125.0, None, 600.0, 23028, "nvidia-smi, NVIDIA A10 (24 GB, ECC on)", "gen4", 20.6),
+    GPUPreset("l20", 119.5, 239.0, 864.0, 46068, "nvidia-smi, NVIDIA L20 (48 GB, ECC on)", "gen4", 20.6),
+    GPUPreset("l40s", 362.0, 733.0, 864.0, 46068, "nvidia-smi, L40S (48 GB, ECC on)", "gen4", 20.6),
+    GPUPreset("b200", 2250.0, 4500.0, 8000.0, 183359, "nvidia-smi, NVIDIA B200", "gen5", 738.0),
+    GPUPreset("mi300x", 1307.4, 2614.9, 5300.0, 196288, "rocm-smi, 205,822,885,888 B VRAM total", "gen5_rocm", 367.0),
 ):
     GPUS.add(_g.name, _g)
 

@@ -5,12 +5,17 @@ ratio when the host size is swept)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .columns import Columns, as_columns
 from .rounds import per_round
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIER_COLORS = {"device": "tab:blue", "host": "tab:orange", "storage": "tab:green", "total": "black"}
 #: Points drawn per line of a run figure: the 7-inch figure is 770 pixels wide at 110 dpi.
@@ -33,15 +38,23 @@ def _run_figure() -> tuple[Figure, object]:
     return fig, ax
 
 
-def _thin(series: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
-    """Every k-th row of a long line (the first and last kept): what the figure's pixels can show."""
-    step = -(-len(series) // MAX_LINE_POINTS)
-    if step <= 1:
-        return series
-    keep = list(range(0, len(series), step))
-    if keep[-1] != len(series) - 1:
-        keep.append(len(series) - 1)
-    return series.iloc[keep]
+def _kept(n: int) -> np.ndarray:
+    """Positions of every k-th row of a line of ``n`` points (the first and last kept): what the
+    figure's pixels can show."""
+    step = max(1, -(-n // MAX_LINE_POINTS))
+    keep = list(range(0, n, step))
+    if keep and keep[-1] != n - 1:
+        keep.append(n - 1)
+    return np.asarray(keep, dtype=np.int64)
+
+
+def _rolling_sum(values: np.ndarray, window: int) -> np.ndarray:
+    """Sum over the last ``window`` values at each row (fewer at the start), as float: pandas'
+    ``rolling(window, min_periods=1).sum()`` of integer counts, which it sums exactly as well."""
+    c = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+    n = len(values)
+    lo = np.maximum(np.arange(n) + 1 - window, 0)
+    return (c[1:] - c[lo]).astype(float)
 
 
 def _save(fig: Figure, path: Path, *, tight: bool = False) -> None:
@@ -50,10 +63,10 @@ def _save(fig: Figure, path: Path, *, tight: bool = False) -> None:
     fig.savefig(path, dpi=110, metadata={"Software": None})
 
 
-def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
+def residency_figure(ts: Columns, path: Path, title: str) -> None:
     """Pages by state over time: device (D and D+H), host (H and D+H), mirrors (D+H)."""
     x = "t_s" if "t_s" in ts else "request"
-    ts = _thin(ts)
+    ts = ts.take(_kept(len(ts)))
     fig, ax = _run_figure()
     # Mirrors are drawn dashed on top: when every device page is mirrored the lines coincide.
     for col, label, color, style, width in (
@@ -65,58 +78,60 @@ def residency_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
             ax.plot(ts[x], ts[col], label=label, color=color, linestyle=style, linewidth=width)
     ax.set_xlabel("time (s): simulated, or trace arrival in instant mode" if x == "t_s" else "request")
     ax.set_ylabel("pages")
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
 
 
-def hit_rate_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = None) -> None:
+def hit_rate_figure(req: Columns, path: Path, title: str, window: int | None = None) -> None:
     """Token hit rate per tier over the run (rolling over ``window`` requests, default n/20)."""
     window = window or max(5, len(req) // 20)
     fig, ax = _run_figure()
-    prompt = req["prompt_tokens"].rolling(window, min_periods=1).sum()
+    prompt = _rolling_sum(req["prompt_tokens"], window)
+    keep = _kept(len(req))
     total = 0
-    for tier in ("device", "host", "storage"):
-        hits = req[f"{tier}_hit_tokens"].rolling(window, min_periods=1).sum()
-        if req[f"{tier}_hit_tokens"].sum() > 0 or tier == "device":
-            rate = _thin(hits / prompt)
-            ax.plot(rate.index, rate, label=tier, color=TIER_COLORS[tier])
-        total = total + hits
-    rate = _thin(total / prompt)
-    ax.plot(rate.index, rate, label="total", color="black", linestyle="--")
+    with np.errstate(divide="ignore", invalid="ignore"):  # an empty window: no point, as pandas gives
+        for tier in ("device", "host", "storage"):
+            hits = _rolling_sum(req[f"{tier}_hit_tokens"], window)
+            if req[f"{tier}_hit_tokens"].sum() > 0 or tier == "device":
+                ax.plot(keep, (hits / prompt)[keep], label=tier, color=TIER_COLORS[tier])
+            total = total + hits
+        ax.plot(keep, (total / prompt)[keep], label="total", color="black", linestyle="--")
     ax.set_xlabel("request (arrival order)")
     ax.set_ylabel(f"hit rate (rolling {window})")
     ax.set_ylim(0, 1)
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
 
 
-def links_figure(ts: pd.DataFrame, path: Path, title: str) -> None:
+def links_figure(ts: Columns, path: Path, title: str) -> None:
     """Utilisation per link direction over time (timed runs)."""
     cols = [c for c in ("h2d_util", "d2h_util", "storage_read_util", "storage_write_util") if c in ts]
     if not cols:
         return
-    ts = _thin(ts)
+    ts = ts.take(_kept(len(ts)))
     fig, ax = _run_figure()
     for c in cols:
         ax.plot(ts["t_s"], ts[c], label=c.replace("_util", ""))
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("utilisation")
     ax.set_ylim(0, 1.05)
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
 
 
-def ttft_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = None) -> bool:
+def ttft_figure(requests: Columns, path: Path, title: str, window: int | None = None) -> bool:
     """TTFT of every served request over its arrival time, with rolling p50 and p99 (timed runs): where
-    the queue builds and whether the cache tiers keep the tail down. False when there is nothing to draw."""
-    if "ttft_s" not in req:
+    the queue builds and whether the cache tiers keep the tail down. False when there is nothing to draw.
+    Rolling quantiles by pandas (imported here: timed runs only)."""
+    if "ttft_s" not in requests:
         return False
+    req = requests.to_frame()
     served = req[req["ttft_s"].notna()].sort_values("arrival_s")
     if served.empty:
         return False
@@ -129,7 +144,7 @@ def ttft_figure(req: pd.DataFrame, path: Path, title: str, window: int | None = 
     ax.set_xlabel("arrival (simulated s)")
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # where matplotlib would put it, without measuring the axis again
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
@@ -168,8 +183,11 @@ def rounds_figure(rounds: list[dict], path: Path, title: str) -> None:
     _save(fig, path, tight=True)
 
 
-def run_figures(name: str, mode: str, requests: pd.DataFrame, timeseries: pd.DataFrame, folder: Path) -> list[Path]:
+def run_figures(
+    name: str, mode: str, requests: Columns | pd.DataFrame, timeseries: Columns | pd.DataFrame, folder: Path
+) -> list[Path]:
     """Figures of one run into ``folder`` (used by ``run`` and by ``plot``). Returns the files written."""
+    requests, timeseries = as_columns(requests), as_columns(timeseries)
     written = []
     if len(timeseries):
         residency_figure(timeseries, folder / "residency.png", f"{name}: pool residency ({mode})")
@@ -207,6 +225,8 @@ def sweep_axes(table: pd.DataFrame, keys: list[str]) -> tuple[str, str, list[str
 
 
 def _is_number(col: pd.Series) -> bool:
+    import pandas as pd
+
     return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
 
 

@@ -11,8 +11,12 @@ span (first send to last finish among its requests: bench_multiturn's run-level 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
+from .columns import Columns, as_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIERS = ("device", "host", "storage")
 
@@ -39,12 +43,13 @@ def _stats(values: Sequence[float]) -> dict:
     }
 
 
-def per_round(requests: pd.DataFrame, timed: bool) -> list[dict]:
+def per_round(requests: Columns | pd.DataFrame, timed: bool) -> list[dict]:
     """One entry per round present in ``requests`` (which has a ``round`` column), in round order."""
-    finished = requests[requests["status"] == "finished"] if "status" in requests else requests
+    requests = as_columns(requests)
+    finished = requests.take(requests["status"] == "finished") if "status" in requests else requests
     out = []
-    for rnd in sorted(requests["round"].unique()):
-        df = finished[finished["round"] == rnd]
+    for rnd in sorted(set(requests["round"].tolist())):
+        df = finished.take(finished["round"] == rnd)
         prompt = int(df["prompt_tokens"].sum())
         hits = {t: int(df[f"{t}_hit_tokens"].sum()) for t in TIERS}
         row = {

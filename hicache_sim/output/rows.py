@@ -13,6 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .columns import text_type
+
 #: Rows per row group: a 12,031-request trace is one group; a million requests are sixteen.
 BATCH_ROWS = 65536
 
@@ -41,17 +43,9 @@ _INT = (
 )
 
 
-def _text() -> pa.DataType:
-    """The arrow type pandas gives a column of str (large_string under pandas 3, string before), so a
-    spooled file and ``write_parquet`` of the read-back DataFrame have one schema."""
-    import pandas as pd
-
-    return pa.Table.from_pandas(pd.DataFrame({"s": ["x"]}), preserve_index=False).schema.field("s").type
-
-
 def timed_request_schema() -> pa.Schema:
     """Columns of a timed run's requests.parquet, in order (RequestRecord.as_dict, then prompt_tokens)."""
-    text = _text()
+    text = text_type()  # as pandas types str: the read-back DataFrame writes the same schema
     fields = [pa.field("rid", text)]
     fields += [pa.field(name, pa.float64()) for name in _FLOAT]
     fields += [pa.field(name, pa.int64()) for name in _INT]

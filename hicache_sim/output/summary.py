@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from .columns import Columns, as_columns
 from .rounds import SCOPE as ROUNDS_SCOPE
 from .rounds import per_round
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIERS = ("device", "host", "storage")
 
@@ -52,7 +56,7 @@ def window_of(n_requests: int, warmup_fraction: float) -> dict:
     }
 
 
-def _rates(df: pd.DataFrame, unit: str) -> dict:
+def _rates(df: Columns, unit: str) -> dict:
     total = float(df[f"prompt_{unit}"].sum())
     out = {}
     for tier in TIERS:
@@ -74,7 +78,7 @@ def _percentiles(values: Sequence[float]) -> dict:
 
 
 def build_summary(
-    requests: pd.DataFrame,
+    requests: Columns | pd.DataFrame,
     *,
     warmup_fraction: float,
     counters: dict,
@@ -84,9 +88,10 @@ def build_summary(
     timed: dict | None = None,
 ) -> dict:
     """The summary dict. ``requests`` has one row per request in arrival order (see runner)."""
+    requests = as_columns(requests)
     win = window_of(len(requests), warmup_fraction)
-    measured = requests.iloc[win["first_request"] :]
-    finished = measured[measured["status"] == "finished"] if "status" in measured else measured
+    measured = requests.take(slice(win["first_request"], None))
+    finished = measured.take(measured["status"] == "finished") if "status" in measured else measured
     summary = {
         "mode": mode,
         "requests": len(requests),

@@ -111,6 +111,29 @@ def check_pp(model: ModelPreset, pp: int) -> None:
         )
 
 
+def check_moe(model: ModelPreset) -> None:
+    """A MoE's expert fields must describe a model of the stated size: top-k within the experts, an
+    expert width, and routed parameters (all of them; the active top-k) within the totals."""
+    if not model.num_experts:
+        return
+    if not 0 < model.experts_per_token <= model.num_experts or model.moe_intermediate_size <= 0:
+        raise ConfigError(
+            "model.experts_per_token",
+            f"{model.name}: a MoE needs 1 <= experts_per_token <= num_experts ({model.num_experts}) and a "
+            "moe_intermediate_size > 0",
+        )
+    if model.dense_layers >= model.num_layers:
+        raise ConfigError("model.dense_layers", f"{model.dense_layers} leaves no MoE layer of {model.num_layers}")
+    routed = model.routed_params_b
+    active = routed * model.experts_per_token / model.num_experts
+    if routed > model.params_b or active > model.active_params_b:
+        raise ConfigError(
+            "model.num_experts",
+            f"{model.name}: the routed experts alone hold {routed:.1f} B parameters ({active:.1f} B per token), "
+            f"more than params_b {model.params_b} / active_params_b {model.active_params_b}",
+        )
+
+
 # Compute knobs a calibration file may carry, with their scenario field (same name and unit).
 COMPUTE_KNOBS = tuple(COMPUTE_FIELDS)
 
@@ -180,6 +203,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     gpu = GPUS.get(hw.gpu)
     check_tp(model, hw.tp)
     check_pp(model, hw.pp)
+    check_moe(model)
     stage_layers = model.num_layers // hw.pp
     bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), hw.tp)
     warnings: list[str] = []

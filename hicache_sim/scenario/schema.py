@@ -67,6 +67,12 @@ class ModelSpec(_Strict):
     weights_dtype: Literal["bf16", "fp16", "fp8"] | None = Field(
         None, description="dtype of the linear weights (default: the preset's checkpoint, else bf16)"
     )
+    hidden_size: int | None = Field(None, gt=0, description="residual width (default: q_heads x head_dim)")
+    num_experts: int | None = Field(None, ge=0, description="routed experts per MoE layer (0: dense)")
+    experts_per_token: int | None = Field(None, ge=0, description="routed experts per token (top-k)")
+    moe_intermediate_size: int | None = Field(None, ge=0, description="width of one routed expert")
+    shared_experts: int | None = Field(None, ge=0, description="experts every token runs (non-routed part)")
+    dense_layers: int | None = Field(None, ge=0, description="leading layers with a dense MLP instead of experts")
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
 
     @field_validator("preset")
@@ -156,6 +162,15 @@ class HardwareSpec(_Strict):
     linear_mfu: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s the linear layers reach")
     attention_mfu: float = Field(0.6, gt=0, le=1, description="fraction of peak FLOP/s attention reaches")
     hbm_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth decode reaches")
+    moe_mfu: float = Field(
+        0.25, gt=0, le=1, description="fraction of the linear peak the grouped expert GEMMs of a MoE reach"
+    )
+    allreduce_busbw_gbps: float | None = Field(
+        None, gt=0, description="tensor-parallel all-reduce bus bandwidth, GB/s (default: the GPU preset's)"
+    )
+    allreduce_latency_us: float = Field(
+        10.0, ge=0, le=MAX_COST_US, description="fixed cost of one tensor-parallel all-reduce, us"
+    )
     step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
     request_overhead_us: float = Field(
         1000.0,

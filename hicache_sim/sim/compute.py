@@ -1,16 +1,21 @@
 """GPU compute time of a scheduler step: a roofline over the model x GPU presets.
 
 Prefill of ``n`` new tokens after ``c`` tokens already in the KV cache, on one rank:
-    linear    = 2 x active_params x n                                  (GEMMs)
+    linear    = 2 x n x (dense_active / (linear_peak x linear_mfu) + routed_active / (linear_peak x moe_mfu))
     attention = 4 x layers x attn_width x (n x c + n (n + 1) / 2)       (QK^T and PV, causal)
-    bytes     = weights + KV of the context read once
-    time      = max(linear / (linear_peak x linear_mfu) + attention / (peak x attention_mfu),
-                    bytes / (HBM x hbm_efficiency))
-The two efficiencies differ: a short prompt is GEMM work, a long one attention work, and kernels
-reach different fractions of peak on them. ``linear_peak`` is the fp8 tensor peak when the model's
-weights are fp8 and the GPU has fp8 tensor cores, else the bf16 peak (attention runs in bf16).
+    bytes     = non-routed weights + the routed experts the n tokens reach + KV of the context
+    allreduce = 2 x layers x (latency + 2 (tp - 1) / tp x n x hidden x 2 B / busbw)   (tp > 1)
+    time      = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + allreduce
+The efficiencies differ: a short prompt is GEMM work, a long one attention work, and a MoE's routed
+experts run as grouped GEMMs far below a dense GEMM. A MoE's routed experts are ``routed_params``;
+``routed_active = routed_params x k / E`` of them run per token, the rest of ``active_params`` is
+dense; a step reads an expert only if one of its ``T`` tokens picks it, ``E (1 - (1 - k / E)^T)`` of
+the ``E`` experts on average (uniform routing). ``linear_peak`` is the fp8 tensor peak when the
+model's weights are fp8 and the GPU has fp8 tensor cores, else the bf16 peak (attention runs in bf16).
+The all-reduces (after attention and after the MLP, not overlapped with compute) carry one bf16
+residual row per token over the GPUs' all-reduce bus bandwidth.
 Decode of a batch of ``B`` requests holding ``K`` KV tokens in total:
-    time   = max((weights read + K x kv_bytes) / (HBM x eff), linear / ... + attention / ...)
+    time   = max((weights read for B tokens + K x kv_bytes) / (HBM x eff), linear + attention) + allreduce(B)
 
 Every parameter is per rank: tensor parallelism ``tp`` splits weights, FLOPs and KV heads; pipeline
 parallelism ``pp`` gives each stage ``layers / pp`` layers (and their weights and KV). Under PP a
@@ -55,6 +60,16 @@ class ComputeParams:
     pp: int = 1
     linear_peak_flops: float = 0.0  # 0: the bf16 peak
     bytes_per_param: float = 2.0
+    # Mixture of experts (0 experts: dense): this rank's routed-expert parameters (every expert of
+    # its layers, a 1/tp slice of each), experts per layer, top-k, and the grouped GEMMs' efficiency.
+    routed_params: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_mfu: float = 0.25
+    # Tensor-parallel all-reduce: residual width, bus bandwidth (B/s) and fixed cost of one collective.
+    hidden_size: int = 0
+    allreduce_Bps: float = 0.0
+    allreduce_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "linear_mfu", "attention_mfu", "hbm_Bps", "hbm_efficiency", "num_layers"):
@@ -63,10 +78,26 @@ class ComputeParams:
         for name in ("tp", "pp", "bytes_per_param"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"compute.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("step_overhead_s", "active_params", "weight_bytes", "attn_width", "kv_bytes_per_token"):
+        for name in (
+            "step_overhead_s",
+            "active_params",
+            "weight_bytes",
+            "attn_width",
+            "kv_bytes_per_token",
+            "routed_params",
+            "allreduce_latency_s",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"compute.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("linear_mfu", "attention_mfu", "hbm_efficiency"):
+        if self.moe_mfu <= 0:
+            raise ValueError(f"compute.moe_mfu must be > 0, got {self.moe_mfu}")
+        if self.tp > 1 and self.allreduce_Bps <= 0:
+            raise ValueError(f"compute.allreduce_Bps must be > 0 with tp {self.tp}, got {self.allreduce_Bps}")
+        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
+            raise ValueError(f"compute.experts_per_token must be in 1..{self.num_experts}")
+        if self.routed_params * self.bytes_per_param > self.weight_bytes:
+            raise ValueError("compute.routed_params exceed the weights")
+        for name in ("linear_mfu", "attention_mfu", "hbm_efficiency", "moe_mfu"):
             if getattr(self, name) > 1:
                 raise ValueError(f"compute.{name} must be <= 1, got {getattr(self, name)}")
 
@@ -96,6 +127,13 @@ class ComputeParams:
             tp=hw.tp,
             pp=hw.pp,
             bytes_per_param=per_param,
+            routed_params=m.routed_params_b * 1e9 / ranks,
+            num_experts=m.num_experts,
+            experts_per_token=m.experts_per_token,
+            moe_mfu=k["moe_mfu"],
+            hidden_size=m.hidden,
+            allreduce_Bps=(hw.allreduce_busbw_gbps or r.gpu.allreduce_busbw_gbps) * 1e9,
+            allreduce_latency_s=k["allreduce_latency_us"] * 1e-6,
         )
 
     def with_overrides(self, **changes: float) -> ComputeParams:
@@ -125,16 +163,54 @@ class ComputeModel:
         self.num_layers = params.num_layers
         self.step_overhead_s = params.step_overhead_s
         self.pp = params.pp
-        self._linear = (params.linear_peak_flops or params.peak_flops) * params.linear_mfu
+        linear_peak = params.linear_peak_flops or params.peak_flops
+        self._linear = linear_peak * params.linear_mfu
+        self._experts = linear_peak * params.moe_mfu
         self._attention = params.peak_flops * params.attention_mfu
         self._hbm = params.hbm_Bps * params.hbm_efficiency
         self._attn = 4.0 * params.num_layers * params.attn_width
+        k, e = params.experts_per_token, params.num_experts
+        self._routed_active = params.routed_params * k / e if e else 0.0
+        self._dense_active = params.active_params - self._routed_active
+        self._routed_bytes = params.routed_params * params.bytes_per_param
+        self._dense_bytes = params.weight_bytes - self._routed_bytes
+        tp = params.tp
+        # Two all-reduces per layer (after attention, after the MLP or experts), ring: each rank sends
+        # and receives 2 (tp - 1) / tp of the message; the message is one bf16 residual row per token.
+        self._allreduces = 2 * params.num_layers if tp > 1 else 0
+        self._ar_per_token = 2.0 * (tp - 1) / tp * params.hidden_size * 2.0 / params.allreduce_Bps if tp > 1 else 0.0
 
     @classmethod
     def from_resolved(cls, r: Resolved, **overrides: float) -> ComputeModel:
         """Preset model of a resolved scenario, optionally with calibrated fields."""
         params = ComputeParams.from_resolved(r)
         return cls(params.with_overrides(**overrides) if overrides else params)
+
+    def experts_touched(self, tokens: float) -> float:
+        """Expected distinct routed experts of one layer that ``tokens`` tokens reach (uniform routing:
+        each expert is missed by a token with probability ``1 - k / E``); all of them for a dense model."""
+        p = self.params
+        if not p.num_experts:
+            return 0.0
+        return p.num_experts * (1.0 - (1.0 - p.experts_per_token / p.num_experts) ** tokens)
+
+    def weights_read(self, tokens: float) -> float:
+        """Bytes of weights one step over ``tokens`` tokens reads: the non-routed part, and each routed
+        expert some token reaches (an expert no token picks stays in HBM unread)."""
+        if not self.params.num_experts:
+            return self.params.weight_bytes
+        return self._dense_bytes + self._routed_bytes * self.experts_touched(tokens) / self.params.num_experts
+
+    def linear_time(self, tokens: float) -> float:
+        """GEMM seconds for ``tokens`` tokens: the routed experts' top-k at the grouped-GEMM efficiency,
+        the rest (attention projections, shared experts, dense layers) at the linear efficiency."""
+        return 2.0 * tokens * (self._dense_active / self._linear + self._routed_active / self._experts)
+
+    def allreduce_time(self, tokens: float) -> float:
+        """Seconds of tensor-parallel all-reduces for a step over ``tokens`` tokens (0 without TP)."""
+        if not self._allreduces:
+            return 0.0
+        return self._allreduces * (self.params.allreduce_latency_s + tokens * self._ar_per_token)
 
     def prefill_time(self, chunks: Iterable[tuple[int, int]]) -> float:
         """Seconds one rank (one pipeline stage) spends on ``(new_tokens, cached_context_tokens)`` chunks
@@ -149,9 +225,9 @@ class ComputeModel:
             context += c
         if tokens == 0:
             return 0.0
-        compute = 2.0 * p.active_params * tokens / self._linear + self._attn * pairs / self._attention
-        memory = p.weight_bytes + context * p.kv_bytes_per_token
-        return max(compute, memory / self._hbm)
+        compute = self.linear_time(tokens) + self._attn * pairs / self._attention
+        memory = self.weights_read(tokens) + context * p.kv_bytes_per_token
+        return max(compute, memory / self._hbm) + self.allreduce_time(tokens)
 
     def prefill_latency(self, chunks: Iterable[tuple[int, int]]) -> float:
         """Seconds from the first stage starting a prefill batch to the last stage finishing it."""
@@ -167,8 +243,6 @@ class ComputeModel:
 
     def _decode_stage(self, batch: float, kv_tokens: float) -> float:
         p = self.params
-        # A MoE batch touches at most all experts; a dense model reads every weight each step.
-        weights = min(p.weight_bytes, p.bytes_per_param * p.active_params * batch)
-        memory = weights + kv_tokens * p.kv_bytes_per_token
-        compute = 2.0 * p.active_params * batch / self._linear + self._attn * kv_tokens / self._attention
-        return max(memory / self._hbm, compute)
+        memory = self.weights_read(batch) + kv_tokens * p.kv_bytes_per_token
+        compute = self.linear_time(batch) + self._attn * kv_tokens / self._attention
+        return max(memory / self._hbm, compute) + self.allreduce_time(batch)
