@@ -33,6 +33,7 @@ from hicache_sim.workloads import Request
 # CI runs the same 600 derandomised examples every time; `HYPOTHESIS_PROFILE=deep python -m pytest -q
 # tests/test_core_properties.py` draws 20,000 fresh ones per test (minutes), which finds rare states the
 # fixed set misses. Failures it finds become hand-built regression cases (test_core_regressions.py).
+# The random-operations property splits its budget over the (write policy, host rule) pairs below.
 _COMMON = {
     "deadline": None,
     "database": None,
