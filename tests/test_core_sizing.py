@@ -169,7 +169,7 @@ def test_unknown_policy_error_lists_what_is_supported():
 def test_semantics_overrides_apply_field_by_field():
     cfg = CacheConfig(16, 64, 128, semantics="2025", parent_backup="skip")
     sem = cfg.resolved_semantics
-    assert (sem.evict_amount, sem.parent_backup, sem.host_backup_eviction, sem.prefetch_flow) == (
+    assert (sem.evict_amount.name, sem.parent_backup.name, sem.host_backup_eviction.name, sem.prefetch_flow.name) == (
         "need",
         "skip",
         "full_retry",
@@ -178,3 +178,17 @@ def test_semantics_overrides_apply_field_by_field():
     assert cfg.timeout_base_s == 1.0 and cfg.timeout_per_ki_token_s == 0.25 and cfg.timeout_max_s is None
     cfg = CacheConfig(16, 64, 128)
     assert cfg.timeout_base_s == 2.0 and cfg.timeout_per_ki_token_s == 0.1 and cfg.timeout_max_s == 30.0
+
+
+def test_every_registered_semantic_variant_is_accepted_and_resolved_to_its_behaviour():
+    """The allowed override values are the registries' names, and each resolves to its own object."""
+    from hicache_sim.core.semantics import SEMANTIC_CHOICES, SEMANTIC_VARIANTS
+
+    for name, registry in SEMANTIC_VARIANTS.items():
+        assert SEMANTIC_CHOICES[name] == tuple(registry.names())
+        for value in registry.names():
+            sem = CacheConfig(16, 64, 128, semantics="2025", **{name: value}).resolved_semantics
+            assert getattr(sem, name) is registry.get(value)
+    with pytest.raises(ConfigError) as e:
+        CacheConfig(16, 64, 128, prefetch_flow="eager")
+    assert e.value.field == "cache.prefetch_flow" and "expected one of prealloc, after_hit; got 'eager'" in str(e.value)

@@ -14,8 +14,8 @@ operation that moves KV puts a :class:`Transfer` in the outbox; the caller perfo
 Where to start reading: ``tree.py`` (nodes), ``state.py`` (bookkeeping every mutation goes through),
 ``cache.py`` (match/insert/complete), then ``eviction.py``, ``backup.py``, ``loadback.py``,
 ``prefetch.py``, ``buffer.py``, ``requests.py`` (a request's life), ``invariants.py`` (``check``).
-Policies are registries in ``policies.py`` and ``host_rules.py``; sizes in ``sizing.py``; the
-waiting-queue order of SGLang's ``--schedule-policy`` in ``schedule.py``.
+Policies are registries in ``policies.py`` and ``host_rules.py``, era variants in ``semantics.py``;
+sizes in ``sizing.py``; the waiting-queue order of SGLang's ``--schedule-policy`` in ``schedule.py``.
 """
 
 from . import host_rules as _host_rules  # noqa: F401  (registers the host-eviction rules)
@@ -28,11 +28,11 @@ from .policies import (
     EVICTION_STRATEGIES,
     HOST_EVICTION_RULES,
     PREFETCH_STOP_POLICIES,
-    SEMANTICS,
     WRITE_POLICIES,
 )
 from .requests import RequestState
 from .schedule import SCHEDULE_POLICIES
+from .semantics import SEMANTICS
 from .transfers import Transfer, TransferKind
 
 __all__ = [

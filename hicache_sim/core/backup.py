@@ -31,13 +31,8 @@ class BackupMixin(CacheState):
             return self.buffer_backup_intent(node)
         if not write_back and enforce_parent and self.host_rule.prefix_closed_host:
             parent = node.parent
-            if parent is not self.root and parent.host_value is None:
-                mode = self.sem.parent_backup
-                if mode == "skip":
-                    self.counters.backup_skipped_parent += 1
-                    return 0
-                if mode == "chain" and not self._backup_ancestors(node):
-                    return 0
+            if parent is not self.root and parent.host_value is None and not self.sem.parent_backup.admit(self, node):
+                return 0
         n = len(node.value)
         # A prefix-closed host set needs the parent's copy to outlive the host eviction this
         # allocation may run: under reclaim_mirrors the parent (a D+H host leaf until its child is
@@ -91,8 +86,7 @@ class BackupMixin(CacheState):
         """
         pages = self.host.alloc(n)
         if pages is None:
-            short = n if self.sem.host_backup_eviction == "full_retry" else n - self.host.available()
-            self.evict_host(short)
+            self.evict_host(self.sem.host_backup_eviction.pages(n, self.host.available()))
             pages = self.host.alloc(n)
             if pages is None:
                 self.counters.failed_host_allocations += 1

@@ -102,10 +102,7 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             raise CacheStateError(f"insert of {len(keys)} keys with only {len(pages)} device pages")
         pos, n = 0, len(keys)
         # A node counts its insert-hit when it ends past ``counted_from`` (n: none does).
-        if self.sem.checkpoint_hits == "past_inserted":
-            counted_from = inserted
-        else:
-            counted_from = n if chunked else 0
+        counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked)
         node = self.root
         self._clock += 1  # _touch_root
         node.last_access = self._clock

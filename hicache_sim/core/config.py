@@ -16,12 +16,9 @@ from .policies import (
     HOST_EVICTION_RULES,
     HOST_MEMORY_MODES,
     PREFETCH_STOP_POLICIES,
-    SEMANTIC_CHOICES,
-    SEMANTIC_VALUES,
-    SEMANTICS,
     WRITE_POLICIES,
-    Semantics,
 )
+from .semantics import SEMANTIC_CHOICES, SEMANTIC_VALUES, SEMANTICS, Semantics, resolve_semantics
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,7 @@ class CacheConfig:
     ``storage_pages`` is None without a storage tier; with one, ``storage_capacity_pages`` bounds it
     (None: unbounded). ``semantics`` picks the 2025 or 2026 upstream variant where they differ
     (prefetch capacity formula, prefetch flow, timeout defaults, write-back eviction, checkpoint
-    insert-hits; see ``policies.Semantics``).
+    insert-hits; see :mod:`.semantics`).
     """
 
     page_size: int
@@ -112,11 +109,13 @@ class CacheConfig:
 
     @property
     def resolved_semantics(self) -> Semantics:
-        """The era's variants with this config's explicit overrides applied."""
-        base = SEMANTICS.get(self.semantics)
-        chosen = {name: getattr(self, name) or getattr(base, name) for name in SEMANTIC_CHOICES}
-        values = {n: getattr(base, n) if getattr(self, n) is None else getattr(self, n) for n in SEMANTIC_VALUES}
-        return Semantics(**chosen, **values, capacity_formula=base.capacity_formula)
+        """The era's behaviour with this config's explicit overrides applied (the core resolves it once)."""
+        return resolve_semantics(
+            self.semantics,
+            {name: getattr(self, name) for name in SEMANTIC_CHOICES},
+            {name: getattr(self, name) for name in SEMANTIC_VALUES},
+            self.prefetch_capacity_formula,
+        )
 
     @property
     def has_host(self) -> bool:

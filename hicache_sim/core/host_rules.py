@@ -65,7 +65,9 @@ class HostEvictionRule:
         prefix-closed rule keeps it, unless the 2025 semantics (no parent guard) run; write-back
         never promises it."""
         return (
-            self.prefix_closed_host and cache.write_policy.threshold is not None and cache.sem.parent_backup != "none"
+            self.prefix_closed_host
+            and cache.write_policy.threshold is not None
+            and cache.sem.parent_backup.guards_parent
         )
 
     def h_only_needs_host_parent(self, cache: HiCache) -> bool:

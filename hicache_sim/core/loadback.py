@@ -22,8 +22,7 @@ class LoadBackMixin(CacheState):
         """
         pages = self.device.alloc(n)
         if pages is None:
-            short = n if self.sem.evict_amount == "need" else n - self.device.available()
-            self.evict(short)
+            self.evict(self.sem.evict_amount.pages(n, self.device.available()))
             pages = self.device.alloc(n)
             if pages is None:
                 self.counters.failed_device_allocations += 1

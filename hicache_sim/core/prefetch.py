@@ -16,7 +16,7 @@ Lifecycle of one request's prefetch (the caller decides *when* each step happens
 from __future__ import annotations
 
 from .prefetch_op import PrefetchOp
-from .sizing import prefetch_capacity_limit_tokens, prefetch_timeout_s
+from .sizing import prefetch_timeout_s
 from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node, chain_hashes, match_len
@@ -44,17 +44,15 @@ class PrefetchMixin(CacheState):
 
     def prefetch_capacity_limit_pages(self) -> int:
         """Pages of prefetch allowed in flight (may be <= 0: prefetch disabled, the 2025 formula)."""
-        limit_tokens = prefetch_capacity_limit_tokens(
-            self.config.host_pages * self.page_size,
-            self.config.device_pages * self.page_size,
-            self.config.prefetch_capacity_formula,
+        limit_tokens = self.sem.capacity_formula.limit_tokens(
+            self.config.host_pages * self.page_size, self.config.device_pages * self.page_size
         )
         return limit_tokens // self.page_size if limit_tokens > 0 else limit_tokens
 
     def prefetch_rate_limited(self) -> bool:
         """True when no new prefetch may start (read-only)."""
         limit = self.prefetch_capacity_limit_pages()
-        if self.config.prefetch_capacity_formula == "2026_buffer_only":
+        if self.sem.capacity_formula.counts_host_use:
             used = max(0, self.host.size - self.host.available() - self.buffer_staged_pages)
             return used >= limit
         return self.prefetch_occupied_pages >= limit
@@ -86,7 +84,7 @@ class PrefetchMixin(CacheState):
         hashes = chain_hashes(anchor.hashes[-1] if anchor.hashes else None, keys)
         pin = self._pin_anchor(anchor)
         op = PrefetchOp(rid, anchor, pin, list(keys), hashes, now)
-        if self.sem.prefetch_flow == "prealloc":
+        if self.sem.prefetch_flow.reserves_at_issue:
             pages = self._alloc_prefetch_host(len(keys))
             if pages is None:
                 self._unpin_anchor(op)
@@ -136,7 +134,7 @@ class PrefetchMixin(CacheState):
         if op.terminated:
             return 0
         hit = self.storage.prefix_hits(op.hashes)
-        if self.sem.prefetch_flow == "prealloc":
+        if self.sem.prefetch_flow.reserves_at_issue:
             hit = min(hit, len(op.host_pages))
             if hit < self.prefetch_threshold_pages:
                 self._revoke(op)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .semantics import CAPACITY_FORMULAS
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
@@ -145,15 +146,7 @@ def prefetch_capacity_limit_tokens(host_tokens: int, device_tokens: int, formula
     ``2025``: ``int(0.8 * (host - device))`` (<= 0 when host <= device: prefetch never issued).
     ``2026``: ``int(0.5 * host)`` in cache mode. ``2026_buffer_only``: ``int(0.9 * host)``.
     """
-    if formula == "2025":
-        return int(0.8 * (host_tokens - device_tokens))
-    if formula == "2026":
-        return int(0.5 * host_tokens)
-    if formula == "2026_buffer_only":
-        return int(0.9 * host_tokens)
-    raise ConfigError(
-        "cache.prefetch_capacity_formula", f"expected one of 2025, 2026, 2026_buffer_only; got {formula!r}"
-    )
+    return CAPACITY_FORMULAS.get(formula).limit_tokens(host_tokens, device_tokens)
 
 
 def prefetch_timeout_s(hit_tokens: int, base_s: float, per_ki_token_s: float, max_s: float | None) -> float:

@@ -78,7 +78,7 @@ class CacheState:
         # is registered where it becomes one (write or load acknowledged, re-attached at insert,
         # split off a duplicate) and leaves when deleted; otherwise entries go stale lazily (a
         # demoted node keeps its place) until a reclaim walk passes them, as upstream.
-        self.unified_write_back = self.write_policy.backup_at_eviction and self.sem.write_back_eviction == "unified"
+        self.unified_write_back = self.write_policy.backup_at_eviction and self.sem.write_back_eviction.unified
         self._track_dups = self.unified_write_back and self.host_rule.reclaims_duplicates
         self.host_duplicates: dict[Node, None] = {}
         self._outbox: list[Transfer] = []

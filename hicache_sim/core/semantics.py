@@ -1,0 +1,226 @@
+"""Era variants as behaviour: where upstream changed over time, one registry per variant.
+
+Each variant (``evict_amount``, ``parent_backup``, ...) is a registry of small behaviour objects; an
+era (``SEMANTICS``: ``2025`` or ``2026``) names one entry per variant, a config may override any of
+them, and :class:`Semantics` holds the chosen objects, resolved once, so the core calls behaviour
+instead of comparing names. A new variant value is one registered entry; the allowed values
+(``SEMANTIC_CHOICES``) come from the registries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from .registry import Registry
+
+if TYPE_CHECKING:
+    from .counters import Counters
+    from .tree import Node
+
+
+class BackupSite(Protocol):
+    """What a parent-backup variant acts on (the cache; a protocol keeps this module below it)."""
+
+    counters: Counters
+
+    def _backup_ancestors(self, node: Node) -> bool: ...
+
+
+@dataclass(frozen=True)
+class EvictAmount:
+    """How many pages an allocation of ``need`` pages asks eviction for when only ``available`` are free:
+    the whole need, or only the shortfall."""
+
+    name: str
+    whole_need: bool
+
+    def pages(self, need: int, available: int) -> int:
+        """Pages to evict before retrying the allocation once."""
+        return need if self.whole_need else need - available
+
+
+#: Device shortfall (scheduler -> tree): the whole ``need`` (before the 2026 "evict only the KV
+#: shortfall" change) or only the ``deficit``.
+EVICT_AMOUNTS: Registry[EvictAmount] = Registry("evict amount", "cache.evict_amount")
+EVICT_AMOUNTS.add("need", EvictAmount("need", True))
+EVICT_AMOUNTS.add("deficit", EvictAmount("deficit", False))
+
+#: Host shortfall at a backup: ``full_retry`` evicts the node's whole length from host then retries
+#: once (HiRadixCache); ``shortfall`` evicts only what is missing (unified tree).
+HOST_BACKUP_EVICTIONS: Registry[EvictAmount] = Registry("host backup eviction", "cache.host_backup_eviction")
+HOST_BACKUP_EVICTIONS.add("full_retry", EvictAmount("full_retry", True))
+HOST_BACKUP_EVICTIONS.add("shortfall", EvictAmount("shortfall", False))
+
+
+class ParentBackup:
+    """What a write-through backup does when the node's parent has no host copy (prefix-closed rules)."""
+
+    name = "none"
+    #: Does the era keep the host set prefix-closed (a backup never lands under an unbacked parent)?
+    guards_parent = False
+
+    def admit(self, cache: BackupSite, node: Node) -> bool:
+        """May ``node`` be backed up now (mutates: may count a skip or back up its ancestors)?"""
+        return True
+
+
+PARENT_BACKUPS: Registry[ParentBackup] = Registry("parent backup", "cache.parent_backup")
+PARENT_BACKUPS.add("none", ParentBackup())  # 2025: backed up anyway
+
+
+class _SkipParent(ParentBackup):
+    """HiRadixCache 2026: skip the backup."""
+
+    name = "skip"
+    guards_parent = True
+
+    def admit(self, cache: BackupSite, node: Node) -> bool:
+        cache.counters.backup_skipped_parent += 1
+        return False
+
+
+class _ChainParent(ParentBackup):
+    """Unified tree 2026: back up the unbacked ancestors first, parent first from the top."""
+
+    name = "chain"
+    guards_parent = True
+
+    def admit(self, cache: BackupSite, node: Node) -> bool:
+        return cache._backup_ancestors(node)
+
+
+PARENT_BACKUPS.add("skip", _SkipParent())
+PARENT_BACKUPS.add("chain", _ChainParent())
+
+
+@dataclass(frozen=True)
+class PrefetchFlow:
+    """When a storage prefetch takes host pages: ``prealloc`` reserves them at issue, before the
+    storage query (2025); ``after_hit`` allocates exactly the hit pages once the query returns (2026)."""
+
+    name: str
+    reserves_at_issue: bool
+
+
+PREFETCH_FLOWS: Registry[PrefetchFlow] = Registry("prefetch flow", "cache.prefetch_flow")
+PREFETCH_FLOWS.add("prealloc", PrefetchFlow("prealloc", True))
+PREFETCH_FLOWS.add("after_hit", PrefetchFlow("after_hit", False))
+
+
+@dataclass(frozen=True)
+class WriteBackEviction:
+    """How write_back evicts: ``staged`` (HiRadixCache) writes each device victim back, detaches it
+    and keeps its host copy pinned until the end of the evict call; ``unified`` (the unified tree
+    core) writes and demotes each victim at once, unpinned, and makes host room from full host
+    duplicates (D+H nodes, oldest duplicate first) before evicting host-only copies."""
+
+    name: str
+    unified: bool
+
+
+WRITE_BACK_EVICTIONS: Registry[WriteBackEviction] = Registry("write-back eviction", "cache.write_back_eviction")
+WRITE_BACK_EVICTIONS.add("staged", WriteBackEviction("staged", False))
+WRITE_BACK_EVICTIONS.add("unified", WriteBackEviction("unified", True))
+
+
+@dataclass(frozen=True)
+class CheckpointHits:
+    """Which inserts count insert-hits (the write-through trigger). ``counted_from(n, inserted,
+    chunked)``: a node counts its hit when it ends past this many of the insert's ``n`` pages."""
+
+    name: str
+    counted_from: Callable[[int, int, bool], int]
+
+
+CHECKPOINT_HITS: Registry[CheckpointHits] = Registry("checkpoint hits", "cache.checkpoint_hits")
+# HiRadixCache: every insert but never a chunked-prefill checkpoint.
+CHECKPOINT_HITS.add("never", CheckpointHits("never", lambda n, inserted, chunked: n if chunked else 0))
+# Unified tree core: every insert, checkpoints included, for the nodes past what was already inserted.
+CHECKPOINT_HITS.add("past_inserted", CheckpointHits("past_inserted", lambda n, inserted, chunked: inserted))
+
+
+@dataclass(frozen=True)
+class CapacityFormula:
+    """SGLang's ``prefetch_capacity_limit`` (tokens of storage prefetch allowed in flight) and what it
+    is compared with: the prefetch pages in flight, or (``counts_host_use``) the host pages in use
+    less those staged for storage (buffer_only, 2026)."""
+
+    name: str
+    limit_tokens: Callable[[int, int], int]  # (host tokens, device tokens) -> tokens
+    counts_host_use: bool = False
+
+
+CAPACITY_FORMULAS: Registry[CapacityFormula] = Registry("prefetch capacity formula", "cache.prefetch_capacity_formula")
+# <= 0 when host <= device: prefetch never issued.
+CAPACITY_FORMULAS.add("2025", CapacityFormula("2025", lambda host, device: int(0.8 * (host - device))))
+CAPACITY_FORMULAS.add("2026", CapacityFormula("2026", lambda host, device: int(0.5 * host)))
+CAPACITY_FORMULAS.add(
+    "2026_buffer_only", CapacityFormula("2026_buffer_only", lambda host, device: int(0.9 * host), True)
+)
+
+
+#: The variants a config may override one by one, each with the registry of its values.
+SEMANTIC_VARIANTS: dict[str, Registry] = {
+    "evict_amount": EVICT_AMOUNTS,
+    "parent_backup": PARENT_BACKUPS,
+    "host_backup_eviction": HOST_BACKUP_EVICTIONS,
+    "prefetch_flow": PREFETCH_FLOWS,
+    "write_back_eviction": WRITE_BACK_EVICTIONS,
+    "checkpoint_hits": CHECKPOINT_HITS,
+}
+SEMANTIC_CHOICES: dict[str, tuple[str, ...]] = {name: tuple(reg.names()) for name, reg in SEMANTIC_VARIANTS.items()}
+#: Numeric era values a config may set explicitly (CacheConfig fields of the same name).
+SEMANTIC_VALUES = ("prefetch_timeout_base_s", "prefetch_timeout_per_ki_token_s", "prefetch_timeout_max_s")
+
+
+@dataclass(frozen=True)
+class Era:
+    """An upstream era: the name of its value for each variant, its timeout defaults (seconds;
+    timeout = base + per 1024 tokens x slope, capped; None: no cap) and its capacity formula."""
+
+    evict_amount: str
+    parent_backup: str
+    host_backup_eviction: str
+    prefetch_flow: str
+    write_back_eviction: str
+    checkpoint_hits: str
+    prefetch_timeout_base_s: float
+    prefetch_timeout_per_ki_token_s: float
+    prefetch_timeout_max_s: float | None
+    capacity_formula: str
+
+
+SEMANTICS: Registry[Era] = Registry("semantics", "cache.semantics")
+SEMANTICS.add("2025", Era("need", "none", "full_retry", "prealloc", "staged", "never", 1.0, 0.25, None, "2025"))
+SEMANTICS.add(
+    "2026", Era("deficit", "chain", "shortfall", "after_hit", "unified", "past_inserted", 2.0, 0.1, 30.0, "2026")
+)
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """One config's era variants as behaviour objects (overrides applied), resolved once."""
+
+    evict_amount: EvictAmount
+    parent_backup: ParentBackup
+    host_backup_eviction: EvictAmount
+    prefetch_flow: PrefetchFlow
+    write_back_eviction: WriteBackEviction
+    checkpoint_hits: CheckpointHits
+    prefetch_timeout_base_s: float
+    prefetch_timeout_per_ki_token_s: float
+    prefetch_timeout_max_s: float | None
+    capacity_formula: CapacityFormula
+
+
+def resolve_semantics(
+    era: str, chosen: dict[str, str | None], values: dict[str, float | None], formula: str
+) -> Semantics:
+    """The behaviour of era ``era`` with the variant names in ``chosen`` and the numbers in ``values``
+    overriding it where not None, and the capacity formula named ``formula``."""
+    base = SEMANTICS.get(era)
+    variants = {name: reg.get(chosen.get(name) or getattr(base, name)) for name, reg in SEMANTIC_VARIANTS.items()}
+    numbers = {n: getattr(base, n) if values.get(n) is None else values[n] for n in SEMANTIC_VALUES}
+    return Semantics(**variants, **numbers, capacity_formula=CAPACITY_FORMULAS.get(formula))
