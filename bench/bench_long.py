@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from md_table import markdown_table
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -76,10 +78,7 @@ COLUMNS = [
 
 
 def table(rows: list[dict]) -> str:
-    head = "| " + " | ".join(c for c, _ in COLUMNS) + " |"
-    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    body = ["| " + " | ".join(fmt.format(r[c]) for c, fmt in COLUMNS) + " |" for r in rows]
-    return "\n".join([head, sep, *body])
+    return markdown_table(rows, COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from md_table import markdown_table
+
 from hicache_sim.runner import simulate
 from hicache_sim.scenario import load_scenario, resolve
 from hicache_sim.workloads.build import build_workload
@@ -71,10 +73,7 @@ COLUMNS = [
 
 
 def table(rows: list[dict]) -> str:
-    head = "| " + " | ".join(c for c, _ in COLUMNS) + " |"
-    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    body = ["| " + " | ".join(fmt.format(r[c]) for c, fmt in COLUMNS) + " |" for r in rows]
-    return "\n".join([head, sep, *body])
+    return markdown_table(rows, COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:

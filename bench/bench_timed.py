@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from md_table import markdown_table
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's hicache_sim, not an installed one
 
 from hicache_sim.scenario import load_scenario, resolve
@@ -118,10 +120,7 @@ COLUMNS = [
 
 
 def table(rows: list[dict]) -> str:
-    head = "| " + " | ".join(c for c, _ in COLUMNS) + " |"
-    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    body = ["| " + " | ".join(fmt.format(r[c]) for c, fmt in COLUMNS) + " |" for r in rows]
-    return "\n".join([head, sep, *body])
+    return markdown_table(rows, COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:
