@@ -60,6 +60,11 @@ SCENARIO_CASES = [
     ),
     pytest.param({**TINY, "hardware": {"tp": 3}}, ["hardware.tp", "32 attention heads"], id="tp-vs-heads"),
     pytest.param(
+        with_("scheduler", schedule_policy="shortest-prefill-first"),
+        ["scheduler.schedule_policy", "'shortest-prefill-first' is not modelled", "modelled: fcfs"],
+        id="unmodelled-schedule-policy",
+    ),
+    pytest.param(
         {**TINY, "model": CUSTOM_MODEL, "hardware": {"tp": 4}}, ["hardware.tp", "6 KV heads"], id="tp-vs-kv-heads"
     ),
     pytest.param(
@@ -651,7 +656,16 @@ FROM_SGLANG_CASES = [
         ["--hicache-io-backend kernel_ascend", "not modelled", "kernel, direct"],
         id="unmodelled-value",
     ),
-    pytest.param([*LAUNCH, "--schedule-policy", "dfs-weight"], ["--schedule-policy dfs-weight", "lpm"], id="policy"),
+    pytest.param(
+        [*LAUNCH, "--schedule-policy", "hrrn"],
+        ["--schedule-policy hrrn", "SGLang schedule policy 'hrrn' is not modelled", "dfs-weight"],
+        id="policy",
+    ),
+    pytest.param(
+        [*LAUNCH, "--schedule-policy", "priority"],
+        ["--schedule-policy priority", "its scheduler rejects it"],
+        id="policy-sglang-rejects",
+    ),
     pytest.param(
         [*LAUNCH, "--enable-hierarchical-cache", "--hicache-storage-backend", "aibrix"],
         ["--hicache-storage-backend aibrix", "hf3fs"],

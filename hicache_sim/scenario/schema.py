@@ -14,9 +14,9 @@ from ..core import (
     EVICTION_STRATEGIES,
     HOST_EVICTION_RULES,
     PREFETCH_STOP_POLICIES,
-    SCHEDULE_POLICIES,
     WRITE_POLICIES,
 )
+from ..core.schedule import check_policy
 from ..hardware.presets import (
     GPUS,
     LINKS,
@@ -283,7 +283,7 @@ class SchedulerSpec(_Strict):
     @field_validator("schedule_policy")
     @classmethod
     def _policy_known(cls, v: str) -> str:
-        return _in_registry(SCHEDULE_POLICIES, v)
+        return check_policy(v)
 
 
 # --------------------------------------------------------------------------------------- workload

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, SCHEDULE_POLICIES, WRITE_POLICIES
+from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
+from ..core.schedule import check_policy
 from ..hardware.memory import default_chunked_prefill_size
 from ..hardware.presets import MODELS, STORAGE
 from .flags import SglangArgsError
@@ -138,6 +139,14 @@ def _choice(modelled: list[str] | tuple[str, ...]) -> Callable[[str, str], str]:
         return raw
 
     return parse
+
+
+def _policy_parse(flag: str, raw: str) -> str:
+    """A modelled ``--schedule-policy``; SGLang's others are refused saying why."""
+    try:
+        return check_policy(raw)
+    except ValueError as e:
+        raise SglangArgsError(f"{flag} {raw}: {e}") from None
 
 
 def _text(v: Any) -> str:
@@ -418,7 +427,7 @@ ROWS: tuple[Row, ...] = (
     ),
     field_row("--max-prefill-tokens", "scheduler.max_prefill_tokens", _human_int, default=16384),
     Row(("--max-running-requests",), _max_running_read, _max_running_write),
-    field_row("--schedule-policy", "scheduler.schedule_policy", _choice(SCHEDULE_POLICIES.names()), default="fcfs"),
+    field_row("--schedule-policy", "scheduler.schedule_policy", _policy_parse, default="fcfs"),
     field_row(
         "--radix-eviction-policy",
         "cache.eviction_policy",

@@ -7,7 +7,8 @@ One loop iteration (``Scheduler.run``) is one turn of SGLang's event loop:
    buffer_only mode stage pending writes.
 2. Form a batch. Prefill has priority (SGLang's default, no mixed chunk): the chunked request
    continues first, then the waiting queue in the order of ``scheduler.schedule_policy`` (SGLang's
-   ``--schedule-policy``: fcfs keeps arrival order, lpm sorts by matched prefix; see
+   ``--schedule-policy``: fcfs keeps arrival order, lpm sorts by matched prefix, dfs-weight walks the
+   prefix tree, random shuffles (seeded from the scenario's seed), lof puts long outputs first; see
    :mod:`hicache_sim.core.schedule`); a request whose prefetch may not stop yet
    is skipped (``check_prefetch_progress``); admission follows the PrefillAdder budgets
    (:mod:`.admission`) and ``max_running_requests``. Once a request was refused for memory, no new
@@ -44,6 +45,7 @@ write_through_selective the finish insert counts a second hit for the same reque
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -74,6 +76,7 @@ class SchedulerPolicy:
     retract_decode_steps: int = 20
     retract_to: str = "back"  # SGLang appends retracted requests to the waiting queue
     schedule_policy: str = "fcfs"
+    seed: int = 0  # the scenario's: seeds the random schedule policy's shuffles
 
     @classmethod
     def from_scenario(cls, sc) -> SchedulerPolicy:
@@ -85,6 +88,7 @@ class SchedulerPolicy:
             reserve_last_token=s.reserve_last_token,
             insert_output=s.insert_output,
             schedule_policy=s.schedule_policy,
+            seed=sc.seed,
         )
 
     @property
@@ -143,6 +147,7 @@ class Scheduler:
         self.batch_full = False
         self.new_token_ratio = policy.init_new_token_ratio
         self.order_waiting = SCHEDULE_POLICIES.get(policy.schedule_policy)
+        self.rng = random.Random(policy.seed)
         self._idle: simpy.Event | None = None
         self._wake_times: set[float] = set()
         # Time of the next thing outside the scheduler that may happen (the world adds its sample grid).
@@ -347,7 +352,7 @@ class Scheduler:
         """Reorder the live waiting entries by the schedule policy (SGLang sorts its queue in place,
         so the order carries over to later rounds)."""
         live = [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
-        self.waiting = deque((r, r.epoch) for r in self.order_waiting(live, self.cache))
+        self.waiting = deque((r, r.epoch) for r in self.order_waiting(live, self.cache, self.rng))
 
     def _admitted(self, r: SimRequest) -> None:
         r.state = "prefill"
