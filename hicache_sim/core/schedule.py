@@ -51,7 +51,7 @@ SCHEDULE_POLICIES: Registry[OrderFn] = Registry("schedule policy", "scheduler.sc
 #: SGLang 0.5.23 ``--schedule-policy`` choices not modelled, with why (refused, never run as another).
 UNMODELLED: dict[str, str] = {
     "hrrn": "highest response ratio next ages requests by prefill tokens processed, which is not modelled",
-    "shortest-prefill-first": "SGLang calls it experimental; its chunk cap for shorter waiting requests is not modelled",
+    "shortest-prefill-first": "experimental in SGLang; its chunk cap for shorter waiting requests is not modelled",
     "routing-key": "requests carry no routing key here",
     "priority": "SGLang 0.5.23 lists it but its scheduler rejects it at start (unknown schedule_policy)",
 }
