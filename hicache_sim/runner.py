@@ -105,7 +105,7 @@ def run_instant_scenario(
     sc = r.scenario
     reqs = wl.requests
     page = r.cache.page_size
-    chunk = sc.scheduler.chunked_prefill_size
+    chunk = r.chunked_prefill_size
     chunk_pages = max(1, chunk // page) if chunk else None
     every = max(1, len(reqs) // 200)
     series: list[dict] = []

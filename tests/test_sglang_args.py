@@ -61,13 +61,15 @@ def test_flags_not_given_take_sglang_defaults():
     d = _data(LLAMA)
     assert d["cache"]["page_size"] == 1
     assert d["cache"]["host_tokens"] == 0  # no --enable-hierarchical-cache: no host tier
-    assert d["scheduler"]["chunked_prefill_size"] == 8192  # H200 (141 GB): 8k
+    assert d["scheduler"]["chunked_prefill_size"] == "auto"  # unset stays unset: SGLang's rule at resolve
+    assert d["scheduler"]["max_running_requests"] == "auto"
     assert d["scheduler"]["max_prefill_tokens"] == 16384
     assert d["scheduler"]["schedule_policy"] == "fcfs"
     assert d["cache"]["eviction_policy"] == "lru"
     assert d["hardware"]["mem_fraction_static"] is None  # SGLang's rule, computed at resolve
-    assert _data(LLAMA, gpu="b200")["scheduler"]["chunked_prefill_size"] == 16384
-    assert _data(LLAMA, gpu="a10")["scheduler"]["chunked_prefill_size"] == 4096
+    chunk = {gpu: resolve(from_command(LLAMA, gpu=gpu).scenario).chunked_prefill_size for gpu in ("h200", "b200", "a10")}
+    assert chunk == {"h200": 8192, "b200": 16384, "a10": 4096}  # 141 GB: 8k; 183 GB: 16k; 24 GB: 4k
+    assert any("--chunked-prefill-size unset: SGLang runs 8192" in n for n in from_command(LLAMA).notes)
 
 
 def test_hicache_defaults_and_sizes_follow_sglang():
@@ -89,9 +91,12 @@ def test_hicache_defaults_and_sizes_follow_sglang():
 def test_max_running_requests_default_is_sglangs_rule_from_the_pool():
     conv = from_command(f"{LLAMA} --max-total-tokens 400000")
     # 400,000 tokens / 131,072 context x 512 = 1562, raised to 2048; at most half the pool
-    assert conv.data["scheduler"]["max_running_requests"] == 2048
+    assert resolve(conv.scenario).max_running_requests == 2048
     small = from_command(f"{LLAMA} --max-total-tokens 3000")
-    assert small.data["scheduler"]["max_running_requests"] == 1500
+    assert resolve(small.scenario).max_running_requests == 1500
+    given = from_command(f"{LLAMA} --max-total-tokens 3000 --max-running-requests 2000")
+    assert given.data["scheduler"]["max_running_requests"] == 2000  # as given; SGLang lowers it at start
+    assert resolve(given.scenario).max_running_requests == 1500
 
 
 @pytest.mark.parametrize(

@@ -22,31 +22,48 @@ from dataclasses import dataclass
 MIB = 1 << 20
 GIB = 1 << 30
 
-# SGLang's default CUDA-graph batch size by GPU memory (MiB upper bounds), below and from 4 TP ranks.
-_GRAPH_BS = ((20 * 1024, 8, 8), (35 * 1024, 24, 80), (60 * 1024, 32, 160), (160 * 1024, 256, 512))
+# SGLang's defaults for the flags a user leaves unset, as sglang 0.5.23 derives them. By GPU memory
+# (MiB, upper bounds): the decode CUDA-graph batch size below and from 4 TP ranks, and the prefill chunk.
+# Source: arg_groups/memory_hook.py, handle_gpu_memory_settings.
+_GRAPH_BS = ((20 * 1024, 8, 8), (35 * 1024, 48, 160), (60 * 1024, 32, 160), (160 * 1024, 256, 512))
 _GRAPH_BS_LARGEST = 512
-
-
-# SGLang's default --chunked-prefill-size by GPU memory (MiB upper bounds; sglang 0.5.23
-# arg_groups/memory_hook.py): 2k on small cards, 4k up to A100-40G, 8k on H100/H200, 16k above.
 _CHUNK = ((20 * 1024, 2048), (60 * 1024, 4096), (160 * 1024, 8192))
 _CHUNK_LARGEST = 16384
+# mem_cache/kv_cache_configurator.py, resolve_max_num_reqs: the pool's tokens per context length x 512,
+# clamped to [2048, 4096].
+_REQS_PER_CONTEXT = 512
+_REQS_CLAMP = (2048, 4096)
 
 
 def default_chunked_prefill_size(memory_mib: float) -> int:
-    """SGLang's ``chunked_prefill_size`` when the user gives none, from the GPU memory."""
+    """SGLang's ``chunked_prefill_size`` when the user gives none, from the GPU memory: 2048 below
+    20 GiB, 4096 below 60, 8192 below 160, else 16384 (``handle_gpu_memory_settings``)."""
     for below, tokens in _CHUNK:
         if memory_mib < below:
             return tokens
     return _CHUNK_LARGEST
 
 
-def default_cuda_graph_max_bs(memory_mib: float, tp: int) -> int:
-    """SGLang's ``cuda_graph_max_bs`` when the user gives none, from the GPU memory and TP size."""
+def default_cuda_graph_max_bs(memory_mib: float, tp: int, max_running_requests: int | None = None) -> int:
+    """SGLang's decode ``cuda_graph_max_bs`` when the user gives none, from the GPU memory and TP size,
+    lowered to ``--max-running-requests`` when that flag is given and smaller
+    (``handle_gpu_memory_settings``)."""
+    bs = _GRAPH_BS_LARGEST
     for below, small_tp, large_tp in _GRAPH_BS:
         if memory_mib < below:
-            return small_tp if tp < 4 else large_tp
-    return _GRAPH_BS_LARGEST
+            bs = small_tp if tp < 4 else large_tp
+            break
+    return bs if max_running_requests is None else min(bs, max_running_requests)
+
+
+def max_running_requests(pool_tokens: int, context_len: int, given: int | None = None) -> int:
+    """The running-request cap SGLang's scheduler ends up with (``resolve_max_num_reqs``): the given
+    ``--max-running-requests``, else ``pool_tokens / context_len x 512`` clamped to [2048, 4096];
+    either way at most half the pool's tokens (and at least 1)."""
+    if given is None:
+        low, high = _REQS_CLAMP
+        given = max(min(int(pool_tokens / context_len * _REQS_PER_CONTEXT), high), low)
+    return max(1, min(given, pool_tokens // 2))
 
 
 def default_mem_fraction_static(

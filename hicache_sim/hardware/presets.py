@@ -8,7 +8,7 @@ numbers here, and may carry compute parameters too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.registry import Registry
 from .linkmodel import LinkParams
@@ -31,6 +31,8 @@ class ModelPreset:
     ``moe_intermediate_size`` each (gate, up and down projections: ``3 x hidden x width`` parameters),
     ``experts_per_token`` of them per token (top-k), in every layer but the first ``dense_layers``;
     ``shared_experts`` always run (their parameters are in the non-routed part). 0 experts: dense.
+    ``context_len``: the checkpoint's ``max_position_embeddings`` (0: unknown), which SGLang's default
+    ``--max-running-requests`` is derived from.
     """
 
     name: str
@@ -50,6 +52,7 @@ class ModelPreset:
     moe_intermediate_size: int = 0
     shared_experts: int = 0
     dense_layers: int = 0
+    context_len: int = 0
 
     @property
     def hidden(self) -> int:
@@ -68,6 +71,22 @@ class ModelPreset:
 
 
 MODELS: Registry[ModelPreset] = Registry("model preset", "model")
+# Context length of each preset (config.json max_position_embeddings).
+_CONTEXT_LEN = {
+    "llama-3.1-8b": 131072,
+    "llama-3.1-70b": 131072,
+    "llama-3.1-405b": 131072,
+    "qwen2.5-7b": 32768,
+    "qwen2.5-72b": 32768,
+    "qwen3-8b": 40960,
+    "qwen3-14b": 40960,
+    "qwen3-32b": 40960,
+    "qwen3-30b-a3b": 40960,
+    "qwen3-235b-a22b": 40960,
+    "glm-4.5": 131072,
+    "deepseek-v3": 163840,
+    "deepseek-r1": 163840,
+}
 # DeepSeek-V3 / R1 config.json: hidden 7168, 256 routed experts of 2048, top 8, one shared expert, the
 # first 3 layers dense (first_k_dense_replace).
 _DEEPSEEK_V3_MOE = dict(
@@ -153,7 +172,7 @@ for _m in (
         **_DEEPSEEK_V3_MOE,
     ),
 ):
-    MODELS.add(_m.name, _m)
+    MODELS.add(_m.name, replace(_m, context_len=_CONTEXT_LEN[_m.name]))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,15 @@ from ..core import (
 )
 from ..core.sizing import ModelDims, host_pool_tokens, kv_bytes_per_token
 from ..hardware.linkmodel import LinkParams
-from ..hardware.memory import GIB, MIB, MemoryPlan, default_cuda_graph_max_bs, default_mem_fraction_static
+from ..hardware.memory import (
+    GIB,
+    MIB,
+    MemoryPlan,
+    default_chunked_prefill_size,
+    default_cuda_graph_max_bs,
+    default_mem_fraction_static,
+    max_running_requests,
+)
 from ..hardware.presets import (
     GPUS,
     LINKS,
@@ -24,7 +32,7 @@ from ..hardware.presets import (
     effective_io,
 )
 from .load import resolve_builtin
-from .schema import CacheSpec, HardwareSpec, Scenario
+from .schema import AUTO, CacheSpec, HardwareSpec, Scenario
 
 
 @dataclass
@@ -45,6 +53,10 @@ class Resolved:
     storage_write_Bps: float
     storage_latency_s: float
     memory: MemoryPlan | None = None
+    # The scheduler limits SGLang runs with (``auto`` resolved as sglang 0.5.23 resolves an unset flag).
+    chunked_prefill_size: int | None = None
+    max_running_requests: int = 0
+    cuda_graph_max_bs: int = 0
     io_backend: str = ""  # the io backend and host layout SGLang runs (after its rewrites)
     mem_layout: str = ""
     stage_layers: int = 0
@@ -155,6 +167,51 @@ def compute_knobs(hw: HardwareSpec, cal: Calibration | None) -> dict[str, float]
     return out
 
 
+def chunked_prefill_size(sc: Scenario, gpu: GPUPreset) -> int | None:
+    """The prefill chunk SGLang runs: the scenario's, or for ``auto`` its default by GPU memory
+    (sglang 0.5.23 ``handle_gpu_memory_settings``); None: no chunking."""
+    chunk = sc.scheduler.chunked_prefill_size
+    if chunk != AUTO:
+        return chunk
+    chunk = default_chunked_prefill_size(sc.hardware.memory_mib or gpu.memory_mib)
+    if chunk < sc.cache.page_size:
+        raise ConfigError(
+            "scheduler.chunked_prefill_size",
+            f"auto is {chunk} tokens on {gpu.name}, smaller than cache.page_size ({sc.cache.page_size}): no "
+            "chunk could hold one page; give a chunk size of at least one page, or -1",
+        )
+    return chunk
+
+
+def cuda_graph_max_bs(sc: Scenario, gpu: GPUPreset) -> int:
+    """The decode CUDA-graph batch size SGLang reserves memory for: the scenario's, else its default
+    by GPU memory and TP, lowered to an explicit ``max_running_requests``."""
+    hw = sc.hardware
+    if hw.cuda_graph_max_bs is not None:
+        return hw.cuda_graph_max_bs
+    given = sc.scheduler.max_running_requests
+    return default_cuda_graph_max_bs(hw.memory_mib or gpu.memory_mib, hw.tp, None if given == AUTO else given)
+
+
+def running_cap(sc: Scenario, model: ModelPreset, device_tokens: int, warnings: list[str]) -> int:
+    """The running-request cap SGLang ends with for this pool (appends to ``warnings`` when it lowers a
+    given value); ``auto`` needs the model's context length."""
+    given = sc.scheduler.max_running_requests
+    if given == AUTO and not model.context_len:
+        raise ConfigError(
+            "scheduler.max_running_requests",
+            f"auto is derived from the model's context length, which {model.name} does not give: set "
+            "model.context_len, or give max_running_requests",
+        )
+    cap = max_running_requests(device_tokens, model.context_len, None if given == AUTO else given)
+    if given != AUTO and cap < given:
+        warnings.append(
+            f"scheduler.max_running_requests {given} is more than half the device pool's {device_tokens} "
+            f"tokens: SGLang lowers it to {cap}"
+        )
+    return cap
+
+
 def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> MemoryPlan:
     """One rank's memory as SGLang profiles it (see :mod:`hicache_sim.hardware.memory`)."""
     hw = sc.hardware
@@ -163,8 +220,8 @@ def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> MemoryPlan:
     if hw.mem_fraction_static is not None:
         mfs, source = hw.mem_fraction_static, "given"
     else:
-        chunk = sc.scheduler.chunked_prefill_size or sc.scheduler.max_prefill_tokens
-        bs = hw.cuda_graph_max_bs or default_cuda_graph_max_bs(mem_mib, hw.tp)
+        chunk = chunked_prefill_size(sc, gpu) or sc.scheduler.max_prefill_tokens
+        bs = cuda_graph_max_bs(sc, gpu)
         mfs, source = default_mem_fraction_static(mem_mib, chunk, bs, hw.tp, hw.pp), "SGLang default"
         if mfs <= 0:
             raise ConfigError(
@@ -209,6 +266,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     warnings: list[str] = []
     memory = memory_plan(sc, model, gpu)
     device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
+    running = running_cap(sc, model, device_tokens, warnings)
     host_tokens = _host_tokens(sc.cache, device_tokens, bpt, warnings)
     storage = _storage(sc, bpt)
     cache = _cache_config(sc.cache, device_tokens, host_tokens, storage, bpt, strict)
@@ -229,6 +287,9 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         storage_write_Bps=storage.write_Bps,
         storage_latency_s=storage.latency_s,
         memory=memory,
+        chunked_prefill_size=chunked_prefill_size(sc, gpu),
+        max_running_requests=running,
+        cuda_graph_max_bs=cuda_graph_max_bs(sc, gpu),
         io_backend=io,
         mem_layout=layout,
         stage_layers=stage_layers,

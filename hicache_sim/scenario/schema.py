@@ -6,6 +6,7 @@ Units in names: ``*_tokens``, ``*_gb`` (1e9 bytes), ``*_gbps`` (1e9 bytes/s), ``
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
@@ -73,6 +74,9 @@ class ModelSpec(_Strict):
     moe_intermediate_size: int | None = Field(None, ge=0, description="width of one routed expert")
     shared_experts: int | None = Field(None, ge=0, description="experts every token runs (non-routed part)")
     dense_layers: int | None = Field(None, ge=0, description="leading layers with a dense MLP instead of experts")
+    context_len: int | None = Field(
+        None, gt=0, description="context length, tokens (config max_position_embeddings; default: the preset's)"
+    )
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
 
     @field_validator("preset")
@@ -262,11 +266,32 @@ class CacheSpec(_Strict):
 # -------------------------------------------------------------------------------------- scheduler
 
 
+AUTO = "auto"
+
+
+def _count_or_auto(v: Any, other: str = "") -> Any:
+    """A positive integer or ``auto``, said in one line (a union's errors would list both members)."""
+    if v == AUTO:
+        return v
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0:
+        return int(v)
+    raise ValueError(f"expected a positive integer or auto{' ' + other if other else ''}, got {v!r}")
+
+
 class SchedulerSpec(_Strict):
-    chunked_prefill_size: int | None = Field(
-        8192, gt=0, description="prefill chunk, tokens (null or -1, SGLang's spelling: whole prompt, no chunking)"
+    """The scheduler flags. ``auto`` (the default) is SGLang's value for a flag left unset, derived as
+    sglang 0.5.23 derives it (see :mod:`hicache_sim.hardware.memory`)."""
+
+    chunked_prefill_size: int | Literal["auto"] | None = Field(
+        AUTO,
+        description="prefill chunk, tokens (auto: SGLang's by GPU memory; null or -1, SGLang's spelling: "
+        "whole prompt, no chunking)",
     )
-    max_running_requests: int = Field(256, gt=0, description="cap on requests in the running batch")
+    max_running_requests: int | Literal["auto"] = Field(
+        AUTO,
+        description="cap on requests in the running batch (auto: SGLang's from the pool and the model's "
+        "context length; either way at most half the pool's tokens)",
+    )
     max_prefill_tokens: int = Field(16384, gt=0, description="new prefill tokens per step")
     schedule_policy: str = Field(
         "fcfs", description="waiting-queue order before each prefill batch (SGLang --schedule-policy; timed mode)"
@@ -278,7 +303,13 @@ class SchedulerSpec(_Strict):
     @classmethod
     def _minus_one_disables(cls, v: Any) -> Any:
         """SGLang's ``--chunked-prefill-size -1`` means no chunking, as null does here."""
-        return None if v == -1 and not isinstance(v, bool) else v
+        v = None if v == -1 and not isinstance(v, bool) else v
+        return v if v is None else _count_or_auto(v, "or null / -1 (no chunking)")
+
+    @field_validator("max_running_requests", mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        return _count_or_auto(v)
 
     @field_validator("schedule_policy")
     @classmethod
@@ -368,7 +399,7 @@ class Scenario(_Strict):
     def _chunk_holds_a_page(self) -> Scenario:
         """SGLang truncates a chunk to whole pages: a chunk budget below one page admits nothing."""
         chunk, page = self.scheduler.chunked_prefill_size, self.cache.page_size
-        if chunk is not None and chunk < page:
+        if isinstance(chunk, int) and chunk < page:
             raise ValueError(
                 f"scheduler.chunked_prefill_size ({chunk}) is smaller than cache.page_size ({page}): "
                 "no chunk could hold one page; raise the chunk size or lower the page size"

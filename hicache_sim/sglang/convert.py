@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hardware.presets import GPUS
-from ..scenario import Resolved, Scenario, build_scenario, resolve
+from ..scenario import Scenario, build_scenario, resolve
+from ..scenario.schema import AUTO
 from .flags import SGLANG_VERSION, SglangArgsError, parse_command, split_command
-from .models import context_len
 from .table import ROWS, ReadContext, WriteContext
 
 # Scenario settings no SGLang flag sets, with the value SGLang runs (sglang-args says when a
@@ -54,16 +54,6 @@ def _set(data: dict, dotted: str, value: Any) -> None:
     for p in parents:
         node = node.setdefault(p, {})
     node[last] = value
-
-
-def default_max_running_requests(r: Resolved) -> int | None:
-    """SGLang's ``--max-running-requests`` when none is given: the pool's tokens / context length x 512,
-    clamped to [2048, 4096], at most half the pool's tokens (None for a model of unknown context)."""
-    ctx = context_len(r.scenario.model.preset)
-    if ctx is None:
-        return None
-    tokens = r.device_tokens
-    return max(1, min(max(min(int(tokens / ctx * 512), 4096), 2048), tokens // 2))
 
 
 def from_command(
@@ -109,11 +99,12 @@ def from_command(
         )
     if mode == "instant" and sc.scheduler.schedule_policy != "fcfs":
         ctx.notes.append("--schedule-policy: acts in timed mode only (instant mode serves requests in arrival order)")
-    if "--max-running-requests" not in parsed.args:
-        n = default_max_running_requests(r)
-        if n is not None:
-            _set(data, "scheduler.max_running_requests", n)
-            sc = build_scenario(data, "from-sglang")
+    for flag, name in (
+        ("--chunked-prefill-size", "chunked_prefill_size"),
+        ("--max-running-requests", "max_running_requests"),
+    ):
+        if getattr(sc.scheduler, name) == AUTO:
+            ctx.notes.append(f"{flag} unset: SGLang runs {getattr(r, name)} here (scheduler.{name}: auto)")
     unmodelled = [f for f in parsed.args if f not in claimed]
     return Conversion(data, sc, ctx.notes, unmodelled, parsed.env)
 

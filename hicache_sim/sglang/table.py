@@ -5,10 +5,9 @@ value is SGLang's default).
 
 Defaults, from sglang 0.5.23 (``sglang/srt/arg_groups/fields/*.py`` and the resolution hooks):
 ``--page-size`` 1 (64 with the flashmla backend, 64 unless 32 or 64 with trtllm_mla / cutedsl_mla),
-``--chunked-prefill-size`` by GPU memory (2048 under 20 GiB, 4096 under 60, 8192 under 160, else
-16384), ``--max-prefill-tokens`` 16384, ``--max-running-requests`` from the pool
-(``min(clamp(tokens / context_len x 512, 2048, 4096), tokens // 2)``, filled in by
-:mod:`.convert`), ``--schedule-policy`` fcfs, ``--radix-eviction-policy`` lru, HiCache off unless
+``--chunked-prefill-size`` and ``--max-running-requests`` unset (the scenario's ``auto``, which
+resolves them as SGLang does: see :mod:`hicache_sim.hardware.memory`), ``--max-prefill-tokens`` 16384,
+``--schedule-policy`` fcfs, ``--radix-eviction-policy`` lru, HiCache off unless
 ``--enable-hierarchical-cache``, then ``--hicache-ratio`` 2 (1.2 in buffer_only mode; ``--hicache-size``
 in GB overrides it), write_through, kernel io, page_first layout, prefetch policy timeout, and the
 storage prefetch knobs of ``--hicache-storage-backend-extra-config``: ``prefetch_threshold`` 256
@@ -25,8 +24,8 @@ from typing import Any
 
 from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
 from ..core.schedule import check_policy
-from ..hardware.memory import default_chunked_prefill_size
 from ..hardware.presets import MODELS, STORAGE
+from ..scenario.schema import AUTO
 from .flags import SglangArgsError
 from .models import hf_id, preset_for
 
@@ -263,16 +262,11 @@ def _chunk_show(v: int | None) -> str:
     return "-1" if v is None else str(v)
 
 
-def _max_running_write(ctx: WriteContext) -> list[str]:
-    from .convert import default_max_running_requests
-
-    v = ctx.sc.scheduler.max_running_requests
-    return [] if v == default_max_running_requests(ctx.r) else ["--max-running-requests", str(v)]
-
-
-def _max_running_read(ctx: ReadContext) -> dict[str, Any]:
-    raw = ctx.args.get("--max-running-requests")
-    return {} if raw is None else {"scheduler.max_running_requests": _int("--max-running-requests", raw)}
+def _positive(flag: str, raw: str) -> int:
+    v = _int(flag, raw)
+    if v <= 0:
+        raise SglangArgsError(f"{flag}: expected a positive integer, got {raw!r}")
+    return v
 
 
 # Host pool: ratio 2 (cache) or 1.2 (buffer_only) unless given; --hicache-size (GB, int) overrides.
@@ -418,15 +412,9 @@ ROWS: tuple[Row, ...] = (
     field_row("--cuda-graph-max-bs-decode", "hardware.cuda_graph_max_bs", _int, default=None),
     field_row("--max-total-tokens", "cache.device_tokens", _human_int, default=None),
     Row(("--page-size", "--attention-backend"), _page_read, _page_write),
-    field_row(
-        "--chunked-prefill-size",
-        "scheduler.chunked_prefill_size",
-        _chunk_parse,
-        default=default_chunked_prefill_size,
-        show=_chunk_show,
-    ),
+    field_row("--chunked-prefill-size", "scheduler.chunked_prefill_size", _chunk_parse, default=AUTO, show=_chunk_show),
     field_row("--max-prefill-tokens", "scheduler.max_prefill_tokens", _human_int, default=16384),
-    Row(("--max-running-requests",), _max_running_read, _max_running_write),
+    field_row("--max-running-requests", "scheduler.max_running_requests", _positive, default=AUTO),
     field_row("--schedule-policy", "scheduler.schedule_policy", _policy_parse, default="fcfs"),
     field_row(
         "--radix-eviction-policy",

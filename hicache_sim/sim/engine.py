@@ -79,11 +79,13 @@ class SchedulerPolicy:
     seed: int = 0  # the scenario's: seeds the random schedule policy's shuffles
 
     @classmethod
-    def from_scenario(cls, sc) -> SchedulerPolicy:
+    def from_resolved(cls, r) -> SchedulerPolicy:
+        """The scenario's scheduler section with SGLang's values for what it leaves ``auto``."""
+        sc = r.scenario
         s = sc.scheduler
         return cls(
-            chunked_prefill_tokens=s.chunked_prefill_size,
-            max_running_requests=s.max_running_requests,
+            chunked_prefill_tokens=r.chunked_prefill_size,
+            max_running_requests=r.max_running_requests,
             max_prefill_tokens=s.max_prefill_tokens,
             reserve_last_token=s.reserve_last_token,
             insert_output=s.insert_output,

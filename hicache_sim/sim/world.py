@@ -99,7 +99,7 @@ class World:
             log=self.log,
         )
         self.compute = compute if compute is not None else ComputeModel.from_resolved(resolved)
-        self.policy = SchedulerPolicy.from_scenario(sc)
+        self.policy = SchedulerPolicy.from_resolved(resolved)
         self.scheduler = Scheduler(
             env,
             cache,
