@@ -67,7 +67,7 @@ def test_flags_not_given_take_sglang_defaults():
     assert d["scheduler"]["schedule_policy"] == "fcfs"
     assert d["cache"]["eviction_policy"] == "lru"
     assert d["hardware"]["mem_fraction_static"] is None  # SGLang's rule, computed at resolve
-    chunk = {gpu: resolve(from_command(LLAMA, gpu=gpu).scenario).chunked_prefill_size for gpu in ("h200", "b200", "a10")}
+    chunk = {g: resolve(from_command(LLAMA, gpu=g).scenario).chunked_prefill_size for g in ("h200", "b200", "a10")}
     assert chunk == {"h200": 8192, "b200": 16384, "a10": 4096}  # 141 GB: 8k; 183 GB: 16k; 24 GB: 4k
     assert any("--chunked-prefill-size unset: SGLang runs 8192" in n for n in from_command(LLAMA).notes)
 

@@ -195,9 +195,12 @@ def cuda_graph_max_bs(sc: Scenario, gpu: GPUPreset) -> int:
 
 def running_cap(sc: Scenario, model: ModelPreset, device_tokens: int, warnings: list[str]) -> int:
     """The running-request cap SGLang ends with for this pool (appends to ``warnings`` when it lowers a
-    given value); ``auto`` needs the model's context length."""
+    given value). ``auto`` needs the model's context length; without one it is 0 (not derived) in
+    instant mode, which has no running batch, and an error in timed mode."""
     given = sc.scheduler.max_running_requests
     if given == AUTO and not model.context_len:
+        if sc.mode == "instant":
+            return 0
         raise ConfigError(
             "scheduler.max_running_requests",
             f"auto is derived from the model's context length, which {model.name} does not give: set "
