@@ -60,6 +60,26 @@ SCENARIO_CASES = [
     ),
     pytest.param({**TINY, "hardware": {"tp": 3}}, ["hardware.tp", "32 attention heads"], id="tp-vs-heads"),
     pytest.param(
+        with_("scheduler", max_running_requests="lots"),
+        ["scheduler.max_running_requests", "expected a positive integer or auto", "'lots'"],
+        id="running-cap-not-a-number",
+    ),
+    pytest.param(
+        with_("scheduler", chunked_prefill_size=0),
+        ["scheduler.chunked_prefill_size", "positive integer or auto or null / -1", "got 0"],
+        id="chunk-zero",
+    ),
+    pytest.param(
+        {**with_("cache", page_size=16384, device_tokens=16384 * 40), "scheduler": {"chunked_prefill_size": "auto"}},
+        ["scheduler.chunked_prefill_size", "auto is 8192 tokens on h200", "cache.page_size (16384)"],
+        id="auto-chunk-below-page",
+    ),
+    pytest.param(
+        {**TINY, "mode": "timed", "model": CUSTOM_MODEL, "scheduler": {"chunked_prefill_size": None}},
+        ["scheduler.max_running_requests", "auto", "model.context_len"],
+        id="auto-running-cap-without-context-length",
+    ),
+    pytest.param(
         with_("scheduler", schedule_policy="shortest-prefill-first"),
         ["scheduler.schedule_policy", "'shortest-prefill-first' is not modelled", "modelled: fcfs"],
         id="unmodelled-schedule-policy",
@@ -655,6 +675,11 @@ FROM_SGLANG_CASES = [
         [*LAUNCH, "--enable-hierarchical-cache", "--hicache-io-backend", "kernel_ascend"],
         ["--hicache-io-backend kernel_ascend", "not modelled", "kernel, direct"],
         id="unmodelled-value",
+    ),
+    pytest.param(
+        [*LAUNCH, "--max-running-requests", "0"],
+        ["--max-running-requests", "expected a positive integer", "'0'"],
+        id="running-cap-zero",
     ),
     pytest.param(
         [*LAUNCH, "--schedule-policy", "hrrn"],

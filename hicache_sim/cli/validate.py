@@ -33,6 +33,11 @@ def validate(
     )
     if r.memory is not None:
         typer.echo(f"  GPU {r.gpu.name} at tp {sc.hardware.tp} x pp {sc.hardware.pp}: {r.memory.describe()}")
+    running = r.max_running_requests or "not derived (instant mode)"
+    typer.echo(
+        f"  scheduler: chunk {r.chunked_prefill_size or 'off'}, max running requests {running}, "
+        f"cuda graph max bs {r.cuda_graph_max_bs}"
+    )
     typer.echo(
         f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
         f"storage {'on' if c.storage else 'off'}"
