@@ -283,6 +283,7 @@ def advise(
             validation_summary(root),
             launch,
         )
+
     def time_until_met(cands: pd.DataFrame) -> pd.DataFrame:
         """Time ``cands`` (one configuration per size), smallest first, a batch of ``workers`` at a
         time, until one meets the target; the timed rows."""
