@@ -80,6 +80,14 @@ SCENARIO_CASES = [
         id="auto-running-cap-without-context-length",
     ),
     pytest.param(
+        {**TINY, "cache": {**TINY["cache"], "host_ratio": None}, "hardware": {"host_memory_gib": 8}},
+        ["hardware.host_memory_gib", "no host memory after SGLang's 10 GiB reserve"],
+        id="host-memory-below-reserve",
+    ),
+    pytest.param(
+        with_("cache", host_memory_fraction=1.5), ["cache.host_memory_fraction", "less than or equal to 1"], id="frac>1"
+    ),
+    pytest.param(
         with_("scheduler", schedule_policy="shortest-prefill-first"),
         ["scheduler.schedule_policy", "'shortest-prefill-first' is not modelled", "modelled: fcfs"],
         id="unmodelled-schedule-policy",
@@ -675,6 +683,11 @@ FROM_SGLANG_CASES = [
         [*LAUNCH, "--enable-hierarchical-cache", "--hicache-io-backend", "kernel_ascend"],
         ["--hicache-io-backend kernel_ascend", "not modelled", "kernel, direct"],
         id="unmodelled-value",
+    ),
+    pytest.param(
+        [*LAUNCH, "--enable-hierarchical-cache", "--hicache-host-memory-fraction", "1.5"],
+        ["--hicache-host-memory-fraction", "fraction in (0, 1]", "'1.5'"],
+        id="host-memory-fraction",
     ),
     pytest.param(
         [*LAUNCH, "--max-running-requests", "0"],

@@ -129,3 +129,55 @@ def test_flags_left_unset_stay_unset_through_a_round_trip():
     tokens, _ = to_command(given.scenario)
     # given flags are written back even when equal to SGLang's value (a given cap also caps the graphs)
     assert tokens[-4:] == ["--chunked-prefill-size", "8192", "--max-running-requests", "2048"]
+
+
+# --------------------------------------------------------------- host memory auto-sizing
+#
+# sglang 0.5.23 mem_cache/hicache_auto_size.py (auto_size_hicache) with pool_host/base.py
+# (host_memory_budget_bytes): with no --hicache-ratio / --hicache-size, ratio = min(2, budget x 0.95 /
+# device pool bytes), budget = (host memory - 10 GiB) // ranks x --hicache-host-memory-fraction; the
+# device pool's bytes count its size + page rows (MHATokenToKVPool.get_kv_size_bytes).
+
+GIB = 1 << 30
+
+
+def _hosted(host_gib=None, fraction=0.8, tp=1, **cache):
+    hw = {"gpu": "h200", "tp": tp} | ({"host_memory_gib": host_gib} if host_gib else {})
+    base = {"device_tokens": 64 * 4000, "host_tokens": None, "host_memory_fraction": fraction}
+    base["host_alignment"] = "up_plus_one"
+    return resolved(model="llama-3.1-8b", hardware=hw, cache={**base, **cache})
+
+
+def test_the_default_host_ratio_shrinks_to_fit_the_host_memory():
+    bpt = 131072  # llama-3.1-8b, tp 1: 32 layers x 8 heads x 128 x 2 (k, v) x 2 bytes
+    dev = 64 * 4000
+    budget = (60 * GIB - 10 * GIB) // 1 * 0.8
+    ratio = budget * 0.95 / ((dev + 64) * bpt)  # 38 GiB over a 31.3 GiB pool: 1.215, below 2
+    assert 1.2 < ratio < 1.22
+    r = _hosted(60)
+    assert r.host_tokens == (int(dev * ratio) // 64 + 1) * 64  # SGLang's up_plus_one page alignment
+    assert any("lowers its default ratio 2.0 to" in w for w in r.warnings)
+    # 8 ranks share the same host: each gets an eighth (tp 8 also splits the KV: 1/8 the bytes a token)
+    r8 = _hosted(60, tp=8, device_tokens=8 * dev)
+    ratio8 = (60 * GIB - 10 * GIB) // 8 * 0.8 * 0.95 / ((8 * dev + 64) * bpt // 8)
+    assert ratio8 < 1.22
+    assert r8.host_tokens == (int(8 * dev * ratio8) // 64 + 1) * 64
+
+
+def test_host_memory_sizing_applies_only_to_the_default_ratio():
+    plenty = _hosted(4096)
+    assert plenty.host_tokens == (dev2 := 2 * 64 * 4000) + 64  # fits: ratio 2 kept
+    assert _hosted(None).host_tokens == dev2 + 64  # host memory not given: not modelled
+    assert _hosted(60, host_ratio=2.0).host_tokens == dev2 + 64  # a given ratio is kept, as SGLang keeps it
+    assert _hosted(60, fraction=0.4).host_tokens < _hosted(60).host_tokens
+    with pytest.raises(ConfigError, match=r"hardware\.host_memory_gib: 10.0 GiB leaves no host memory"):
+        _hosted(10)
+
+
+def test_host_memory_fraction_round_trips_through_the_launch_flags():
+    conv = from_command(f"{LLAMA} --enable-hierarchical-cache --hicache-host-memory-fraction 0.5")
+    assert conv.scenario.cache.host_memory_fraction == 0.5
+    assert any("set hardware.host_memory_gib" in n for n in conv.notes)
+    tokens, _ = to_command(conv.scenario)
+    assert tokens[tokens.index("--hicache-host-memory-fraction") + 1] == "0.5"
+    assert "--hicache-host-memory-fraction" not in to_command(from_command(f"{LLAMA} --enable-hicache").scenario)[0]

@@ -270,7 +270,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     memory = memory_plan(sc, model, gpu)
     device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
     running = running_cap(sc, model, device_tokens, warnings)
-    host_tokens = _host_tokens(sc.cache, device_tokens, bpt, warnings)
+    host_tokens = _host_tokens(sc, device_tokens, bpt, warnings)
     storage = _storage(sc, bpt)
     cache = _cache_config(sc.cache, device_tokens, host_tokens, storage, bpt, strict)
     cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
@@ -330,12 +330,44 @@ def _device_tokens(
     return device_tokens
 
 
-def _host_tokens(c: CacheSpec, device_tokens: int, bpt: int, warnings: list[str]) -> int:
-    """Host pool in tokens, sized as SGLang sizes it from ratio, GB or tokens (appends to ``warnings``)."""
-    if c.host_ratio is None and c.host_size_gb is None and c.host_tokens is None:
-        sizing = host_pool_tokens(
-            device_tokens, c.page_size, host_ratio=DEFAULT_HOST_RATIO[c.host_memory_mode], alignment=c.host_alignment
+# SGLang's host-memory auto-sizing (mem_cache/hicache_auto_size.py, pool_host/base.py): 10 GiB of the
+# host kept back, the rest split over the ranks of the machine, and 5 % slack for page rounding.
+HOST_RESERVE_BYTES = 10 * GIB
+HOST_SLACK_FRACTION = 0.05
+
+
+def default_host_ratio(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str]) -> float:
+    """The host ratio SGLang takes when no host size is given: 2 (1.2 in buffer_only), lowered so the
+    host pools fit ``hardware.host_memory_gib`` when given (``auto_size_hicache``): per rank,
+    ``(host memory - 10 GiB) // (tp x pp) x host_memory_fraction x 0.95`` over the device pool's bytes
+    (its ``size + page`` rows). Appends to ``warnings`` when it lowers the ratio."""
+    c, hw = sc.cache, sc.hardware
+    ratio = DEFAULT_HOST_RATIO[c.host_memory_mode]
+    if hw.host_memory_gib is None:
+        return ratio
+    ranks = hw.tp * hw.pp
+    budget = int((int(hw.host_memory_gib * GIB) - HOST_RESERVE_BYTES) // ranks * c.host_memory_fraction)
+    fits = budget * (1 - HOST_SLACK_FRACTION) / ((device_tokens + c.page_size) * bpt)
+    if fits <= 0:
+        raise ConfigError(
+            "hardware.host_memory_gib",
+            f"{hw.host_memory_gib} GiB leaves no host memory after SGLang's 10 GiB reserve; give more, or a "
+            "host size (cache.host_ratio, host_size_gb or host_tokens)",
         )
+    if fits < ratio:
+        warnings.append(
+            f"host pool: SGLang lowers its default ratio {ratio} to {fits:.3f} so the host pools of {ranks} "
+            f"rank(s) fit {c.host_memory_fraction} of {hw.host_memory_gib} GiB less its 10 GiB reserve"
+        )
+    return min(ratio, fits)
+
+
+def _host_tokens(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str]) -> int:
+    """Host pool in tokens, sized as SGLang sizes it from ratio, GB or tokens (appends to ``warnings``)."""
+    c = sc.cache
+    if c.host_ratio is None and c.host_size_gb is None and c.host_tokens is None:
+        ratio = default_host_ratio(sc, device_tokens, bpt, warnings)
+        sizing = host_pool_tokens(device_tokens, c.page_size, host_ratio=ratio, alignment=c.host_alignment)
     else:
         sizing = host_pool_tokens(
             device_tokens,

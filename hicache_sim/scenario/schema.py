@@ -162,6 +162,13 @@ class HardwareSpec(_Strict):
     cuda_context_mib: float = Field(
         1024.0, ge=0, description="GPU memory in use before the weights load (CUDA context, NCCL), MiB; estimate"
     )
+    host_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="host memory the engine may use (what SGLang reads: available RAM within the cgroup "
+        "limit), GiB; with it SGLang's default host ratio shrinks until every rank's host pool fits "
+        "(cache.host_memory_fraction); default: not modelled, the default ratio is kept",
+    )
     mfu: float | None = Field(None, gt=0, le=1, description="shorthand: sets linear_mfu and attention_mfu both")
     linear_mfu: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s the linear layers reach")
     attention_mfu: float = Field(0.6, gt=0, le=1, description="fraction of peak FLOP/s attention reaches")
@@ -225,6 +232,13 @@ class CacheSpec(_Strict):
     write_policy: str = Field("write_through", description="write_through | write_through_selective | write_back")
     host_eviction: str = Field("evicted_only", description="evicted_only | reclaim_mirrors | boundary")
     host_memory_mode: Literal["cache", "buffer_only"] = Field("cache", description="host as cache or buffer")
+    host_memory_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="share of hardware.host_memory_gib (less SGLang's 10 GiB reserve) the host pools of all "
+        "ranks may take when no host size is given (SGLang --hicache-host-memory-fraction)",
+    )
     eviction_policy: str = Field("lru", description="lru | lfu | fifo | mru | filo | priority | slru")
     eviction_policy_config: dict[str, Any] = Field(default_factory=dict, description="e.g. protected_threshold")
     eviction_granularity: Literal["node", "page"] = Field("node", description="whole leaf nodes or exact pages")

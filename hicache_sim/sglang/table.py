@@ -9,9 +9,11 @@ Defaults, from sglang 0.5.23 (``sglang/srt/arg_groups/fields/*.py`` and the reso
 resolves them as SGLang does: see :mod:`hicache_sim.hardware.memory`), ``--max-prefill-tokens`` 16384,
 ``--schedule-policy`` fcfs, ``--radix-eviction-policy`` lru, HiCache off unless
 ``--enable-hierarchical-cache``, then ``--hicache-ratio`` 2 (1.2 in buffer_only mode; ``--hicache-size``
-in GB overrides it), write_through, kernel io, page_first layout, prefetch policy timeout, and the
-storage prefetch knobs of ``--hicache-storage-backend-extra-config``: ``prefetch_threshold`` 256
-tokens, ``prefetch_timeout_base`` 1 s, ``prefetch_timeout_per_ki_token`` 0.25 s.
+in GB overrides it; with neither, the ratio shrinks to fit ``--hicache-host-memory-fraction`` 0.8 of the
+host's memory when the scenario gives ``hardware.host_memory_gib``), write_through, kernel io,
+page_first layout, prefetch policy timeout, and the storage prefetch knobs of
+``--hicache-storage-backend-extra-config``: ``prefetch_threshold`` 256 tokens, ``prefetch_timeout_base``
+1 s, ``prefetch_timeout_per_ki_token`` 0.25 s.
 """
 
 from __future__ import annotations
@@ -318,6 +320,23 @@ def _host_write(ctx: WriteContext) -> list[str]:
     return out if ratio == _DEFAULT_RATIO[c.host_memory_mode] else [*out, "--hicache-ratio", _text(float(ratio))]
 
 
+_FRACTION_FLAG = "--hicache-host-memory-fraction"
+
+
+def _fraction_read(ctx: ReadContext) -> dict[str, Any]:
+    raw = ctx.args.get(_FRACTION_FLAG)
+    value = 0.8 if raw is None else _float(_FRACTION_FLAG, raw)
+    if not 0 < value <= 1:
+        raise SglangArgsError(f"{_FRACTION_FLAG}: expected a fraction in (0, 1], got {raw!r}")
+    sized = any(ctx.args.get(f) not in (None, "0") for f in ("--hicache-ratio", "--hicache-size"))
+    if not sized:
+        ctx.notes.append(
+            f"host pool: SGLang shrinks its default ratio until the host pools fit {value} of this machine's "
+            "memory less 10 GiB; set hardware.host_memory_gib to model that (without it the ratio stays)"
+        )
+    return {"cache.host_memory_fraction": value}
+
+
 def _write_policy_read(ctx: ReadContext) -> dict[str, Any]:
     policy = _choice(WRITE_POLICIES.names())(
         "--hicache-write-policy", ctx.args.get("--hicache-write-policy", "write_through")
@@ -430,6 +449,12 @@ ROWS: tuple[Row, ...] = (
         show=lambda v: json.dumps(v, sort_keys=True),
     ),
     Row(_HOST_FLAGS, _host_read, _host_write),
+    Row(
+        (_FRACTION_FLAG,),
+        _fraction_read,
+        field_row(_FRACTION_FLAG, "cache.host_memory_fraction", _float, default=0.8).write,
+        "hicache",
+    ),
     Row(
         ("--hicache-write-policy",),
         _write_policy_read,
