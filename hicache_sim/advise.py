@@ -7,6 +7,13 @@ timed mode). A hit-rate target is judged on instant mode's hit rates; a TTFT tar
 p99, simulated for the configuration with the best instant hit rate at each host size, smallest
 sizes first, until one meets it. When the answer uses one of hicache-sim's proposed host rules, the
 same search is made over SGLang's own rule too, so the advice also says what SGLang can launch today.
+
+``buffer_only`` host memory is sized too, as the staging buffer it is: the host holds prefetched pages
+until their request is admitted and a request's pages until storage has them, so a buffer smaller
+than what is in flight loses storage hits. Only the size is swept (the write policies buffer_only
+allows, SGLang's host rule: no host cache to evict from, storage always on), and a hit-rate target is
+judged on timed runs too: instant mode completes every copy before the next request, so it sees a
+request's own need but not the backlog of writes under load.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ UPSTREAM_RULE = "evicted_only"  # SGLang's own host eviction; the other rules ar
 # Host pool sizes tried by default, as multiples of the device pool (rounded to whole GB per rank,
 # since SGLang's --hicache-size is an integer).
 DEFAULT_RATIOS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+# Write policies buffer_only does not run (SGLang runs write_through instead of write_back there).
+BUFFER_ONLY_REFUSES = ("write_back",)
 # With no target: the smallest host within this much (absolute) of the best hit rate in the budget.
 KNEE_TOLERANCE = 0.01
 
@@ -77,15 +86,17 @@ class Setup:
     ranks: int
     calibration: str | None
     notes: list[str] = field(default_factory=list)
+    buffer_only: bool = False  # the host is a staging buffer: hit-rate targets judged on timed runs
 
 
 def setup(data: dict, source: str, set_args: list[str], budget: float | None, sizes: list[int] | None) -> Setup:
     """Validate the scenario for advice and build the grid (host sizes within the budget)."""
     sc = build_scenario({k: v for k, v in data.items() if k != "sweep"}, source, set_args)
-    if sc.cache.host_memory_mode == "buffer_only":
+    buffer = sc.cache.host_memory_mode == "buffer_only"
+    if buffer and sc.cache.storage_backend == "none":
         raise ScenarioError(
-            f"{source}: cache.host_memory_mode: buffer_only has no host cache tier to size (host is a staging "
-            "buffer); advise sizes host memory as a cache: --set cache.host_memory_mode=cache"
+            f"{source}: cache.host_memory_mode: buffer_only stages copies to and from storage, and the scenario "
+            "has none: give cache.storage_backend, or size a host cache: --set cache.host_memory_mode=cache"
         )
     if sc.cache.host_alignment == "exact":
         raise ScenarioError(
@@ -111,12 +122,23 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
     base = {k: v for k, v in data.items() if k != "sweep"}
     base["cache"] = {k: v for k, v in (base.get("cache") or {}).items() if k not in ("host_ratio", "host_tokens")}
     base["cache"].pop("host_size_gb", None)
-    axes: dict[str, list[Any]] = {SIZE: sizes, POLICY: WRITE_POLICIES.names(), RULE: HOST_EVICTION_RULES.names()}
-    if sc.cache.storage_backend != "none":
-        axes[STORAGE] = [sc.cache.storage_backend, "none"]
     notes = ["the scenario's sweep: mapping is not used (advise sweeps its own grid)"] if data.get("sweep") else []
+    if buffer:
+        axes: dict[str, list[Any]] = {
+            SIZE: sizes,
+            POLICY: [p for p in WRITE_POLICIES.names() if p not in BUFFER_ONLY_REFUSES],
+            RULE: [UPSTREAM_RULE],
+        }
+        notes.append(
+            "buffer_only: the host is a staging buffer for storage; only its size and the write policies "
+            "buffer_only allows are swept, with storage on"
+        )
+    else:
+        axes = {SIZE: sizes, POLICY: WRITE_POLICIES.names(), RULE: HOST_EVICTION_RULES.names()}
+        if sc.cache.storage_backend != "none":
+            axes[STORAGE] = [sc.cache.storage_backend, "none"]
     hw = sc.hardware
-    return Setup(base, sizes, axes, device_gb, r.bytes_per_token, hw.tp * hw.pp, hw.calibration, notes)
+    return Setup(base, sizes, axes, device_gb, r.bytes_per_token, hw.tp * hw.pp, hw.calibration, notes, buffer)
 
 
 def ordered(table: pd.DataFrame) -> pd.DataFrame:
@@ -259,8 +281,10 @@ def advise(
         return res.table
 
     upstream = None
+    value = target.value
     if target.kind == "hit_rate":
         value = target.value if target.value is not None else max(0.0, inst[HIT].max() - KNEE_TOLERANCE)
+    if target.kind == "hit_rate" and not st.buffer_only:
         row = smallest_meeting(inst, target, value)
         met = row is not None
         chosen = row if met else best_reachable(inst, target)
@@ -291,27 +315,27 @@ def advise(
         for i in range(0, len(cands), max(1, workers)):
             batch = cands.iloc[i : i + max(1, workers)]
             done.append(timed([point_of(r, keys) for _, r in batch.iterrows()]))
-            if smallest_meeting(pd.concat(done, ignore_index=True), target, target.value) is not None:
+            if smallest_meeting(pd.concat(done, ignore_index=True), target, value) is not None:
                 break
         return pd.concat(done, ignore_index=True)
 
-    # TTFT: time the best-per-size configurations, smallest first.
+    # TTFT (and a buffer_only hit rate): time the best-per-size configurations, smallest first.
     timed_table = time_until_met(curve(inst))
-    row = smallest_meeting(timed_table, target, target.value)
+    row = smallest_meeting(timed_table, target, value)
     met = row is not None
     chosen = row if met else best_reachable(timed_table, target)
     if chosen[RULE] != UPSTREAM_RULE:
         # The same search over SGLang's own rule: the answer an operator can launch today. Points the
         # first search timed already are resumed from its folder, not simulated again.
         up_timed = time_until_met(curve(inst[inst[RULE] == UPSTREAM_RULE]))
-        up_row = smallest_meeting(up_timed, target, target.value)
+        up_row = smallest_meeting(up_timed, target, value)
         upstream = up_row if up_row is not None else best_reachable(up_timed, target)
         timed_table = pd.concat([timed_table, up_timed], ignore_index=True).drop_duplicates(keys)
     same = (inst[keys] == pd.Series({k: chosen[k] for k in keys})).all(axis=1)
     launch = launch_command(st, source, set_args, chosen)
     return Advice(
         target,
-        target.value,
+        value,
         met,
         chosen,
         inst[same].iloc[0],

@@ -100,10 +100,17 @@ def confidence(a: Advice) -> list[str]:
         if cal
         else "hardware uncalibrated: preset defaults (hardware.calibration unset; see hicache-sim calibrate)",
         a.validation,
-        "hit rates from instant mode (SGLang's cache logic replayed in arrival order); TTFT from timed mode",
+        "hit rates from instant mode (SGLang's cache logic replayed in arrival order); TTFT from timed mode"
+        if not a.setup.buffer_only
+        else "hit rates judged on timed mode (instant mode's shown beside them); TTFT from timed mode",
     ]
     if a.target.kind == "ttft_p99":
         lines.append("TTFT was simulated only for the best-hit-rate configuration at each host size, smallest first")
+    elif a.setup.buffer_only:
+        lines.append(
+            "buffer_only: the hit-rate target is judged on timed runs (the staging backlog under load), "
+            "the best configuration at each host size, smallest first"
+        )
     return lines
 
 
