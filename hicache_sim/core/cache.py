@@ -37,12 +37,24 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
 
     def __init__(self, config: CacheConfig) -> None:
         super().__init__(config)
+        # reason -> bound method applying its acknowledgement (bound once: ``drain`` runs per request).
+        self._ack_by_reason = {reason: getattr(self, name) for reason, name in _ACK_BY_REASON.items()}
 
     # ------------------------------------------------------------------------------------ match
 
     def match_prefix(self, keys: list[int]) -> MatchResult:
         """Longest cached prefix of ``keys`` (page keys) across device and host (mutates access times;
         splits a node when the match ends inside it)."""
+        return MatchResult(*self._match(keys, False))
+
+    def _match(self, keys: list[int], locking: bool) -> tuple[list[int], int, Node, Node, Node]:
+        """``match_prefix`` as a tuple (device pages, host hit pages, last node, last
+        device node, last host node).
+
+        ``locking``: the caller locks the last device node next (``begin_request``), which takes that
+        node and its ancestors out of both candidate sets whatever their keys: their re-queueing after
+        the touch is skipped (it would only leave stale heap entries), the H-only tail is re-queued.
+        """
         node = self.root
         path: list[Node] = []
         dev: list[int] = []
@@ -62,27 +74,31 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             pos += plen
             if partial:
                 break
+        last = node
+        host_hit = 0
+        tail = 0  # nodes of the path below the last device node
+        x = last
+        while x.value is None:
+            host_hit += len(x.host_value) if x.host_value is not None else 0
+            x = x.parent
+            tail += 1
+        last_device = x
         # Stamp the matched path, ancestors first, so a deeper node is never older than its parent
         # (``_touch`` written out).
         clock = self._clock + 1
         self.root.last_access = clock
         refresh = self._refresh
-        for x in path:
+        skip = len(path) - tail if locking else 0
+        for i, x in enumerate(path):
             clock += 1
             x.last_access = clock
-            refresh(x)
+            if i >= skip:
+                refresh(x)
         self._clock = clock
-        last = node
-        host_hit = 0
-        x = last
-        while x.value is None:
-            host_hit += len(x.host_value) if x.host_value is not None else 0
-            x = x.parent
-        last_device = x
         x = last
         while x.host_value is None:
             x = x.parent
-        return MatchResult(dev, host_hit, last, last_device, x)
+        return dev, host_hit, last, last_device, x
 
     # ----------------------------------------------------------------------------------- insert
 
@@ -162,7 +178,7 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         t = self.inflight.pop(transfer.id, None)
         if t is None:
             raise CacheStateError(f"transfer {transfer.id} ({transfer.kind.value}) completed twice or unknown")
-        getattr(self, _ACK_BY_REASON[t.reason])(t)
+        self._ack_by_reason[t.reason](t)
 
     def drain(self, now: float | None = None) -> int:
         """Complete every transfer in flight, oldest first, including any they spawn (instant mode).
@@ -171,10 +187,14 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         """
         done = 0
         inflight = self.inflight
+        acks = self._ack_by_reason
+        if now is not None and inflight:
+            self.now = now
         while inflight:
             for t in list(inflight.values()):
-                if t.id in inflight:
-                    self.complete(t, now)
+                # ``complete`` written out: a transfer still in flight is acknowledged.
+                if inflight.pop(t.id, None) is not None:
+                    acks[t.reason](t)
                     done += 1
         return done
 
