@@ -119,24 +119,31 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         pos, n = 0, len(keys)
         # A node counts its insert-hit when it ends past ``counted_from`` (n: none does).
         counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked)
+        if self.write_policy.threshold is None:
+            counted_from = n  # no write policy threshold: _inc_hit_count would do nothing
+        refresh = self._refresh
         node = self.root
         self._clock += 1  # _touch_root
         node.last_access = self._clock
         prefix = 0
+        # A locked node is in neither candidate set whatever its key (``inc_lock_ref``), so
+        # re-queueing it is skipped: most of a finished request's path is still locked by it.
         while pos < n:
             child = node.children.get(keys[pos])
             if child is None:
                 break
             if priority > child.priority:
                 child.priority = priority
-                self._refresh(child)
+                if not child.lock_ref:
+                    refresh(child)
             plen = match_len(child.key, keys, pos)
             if plen < len(child.key):
                 child = self._split(child, plen)
             # Touch after the split: the lower half was not referenced and keeps its age (_touch).
             self._clock += 1
             child.last_access = self._clock
-            self._refresh(child)
+            if not child.lock_ref:
+                refresh(child)
             if child.value is None:
                 self._set_value(child, pages[pos : pos + plen])
                 self._track_duplicate(child)
@@ -148,12 +155,20 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             if pos > counted_from:
                 self._inc_hit_count(child)
         if pos < n:
-            leaf = self._new_node(keys[pos:], priority)
+            self._clock += 1
+            leaf = Node(self._next_node_id, keys[pos:], self._clock, priority)  # _new_node written out
+            self._next_node_id += 1
             leaf.value = pages[pos:n]
             if self.storage is not None:
                 leaf.hashes = self._page_hashes(node, leaf.key)
             self.evictable_pages += n - pos
-            self._add_child(node, leaf)
+            # _add_child of a D-only leaf written out.
+            leaf.parent = node
+            node.children[leaf.key[0]] = leaf
+            node.n_dev_children += 1
+            refresh(leaf)
+            if not node.lock_ref:
+                refresh(node)
             if n > counted_from:
                 self._inc_hit_count(leaf)
         return prefix

@@ -122,13 +122,16 @@ class RequestMixin(CacheState):
     def finish_request(self, st: RequestState, upto: int | None = None) -> None:
         """SGLang's ``cache_finished_req``: insert ``keys[:upto]`` (default all), free duplicates and the
         request's pages beyond ``upto``, unlock (mutates)."""
-        n = len(st.keys) if upto is None else upto
-        self._check_pages(st, n)
+        keys = st.keys
+        n = len(keys) if upto is None else upto
+        pages = st.pages
+        if n > len(pages) or n > len(keys):
+            self._check_pages(st, n)
         prefix = self._insert_request(st, n, False)
         if prefix > st.cached:
-            self.device.free(st.pages[st.cached : prefix])
-        if len(st.pages) > n:
-            self.device.free(st.pages[n:])
+            self.device.free(pages[st.cached : prefix])
+        if len(pages) > n:
+            self.device.free(pages[n:])
         self.dec_lock_ref(st.last_node)
         st.done = True
 
