@@ -63,15 +63,17 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             child = node.children.get(keys[pos])
             if child is None:
                 break
-            plen = match_len(child.key, keys, pos)
-            partial = plen < len(child.key)
+            ckey = child.key
+            m = len(ckey)
+            partial = keys[pos : pos + m] != ckey  # ``match_len``'s whole-node test written out
             if partial:
-                child = self._split(child, plen)
+                m = match_len(ckey, keys, pos)
+                child = self._split(child, m)
             if child.value is not None:
                 dev.extend(child.value)
             path.append(child)
             node = child
-            pos += plen
+            pos += m
             if partial:
                 break
         last = node
@@ -84,17 +86,17 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             tail += 1
         last_device = x
         # Stamp the matched path, ancestors first, so a deeper node is never older than its parent
-        # (``_touch`` written out).
+        # (``_touch`` written out; a node's re-queueing reads only its own fields, so it may follow).
         clock = self._clock + 1
         self.root.last_access = clock
-        refresh = self._refresh
-        skip = len(path) - tail if locking else 0
-        for i, x in enumerate(path):
+        for x in path:
             clock += 1
             x.last_access = clock
-            if i >= skip:
-                refresh(x)
         self._clock = clock
+        if tail or not locking:
+            refresh = self._refresh
+            for x in path[len(path) - tail :] if locking else path:
+                refresh(x)
         x = last
         while x.host_value is None:
             x = x.parent
@@ -118,9 +120,9 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             raise CacheStateError(f"insert of {len(keys)} keys with only {len(pages)} device pages")
         pos, n = 0, len(keys)
         # A node counts its insert-hit when it ends past ``counted_from`` (n: none does).
-        counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked)
-        if self.write_policy.threshold is None:
-            counted_from = n  # no write policy threshold: _inc_hit_count would do nothing
+        threshold = self.write_policy.threshold
+        counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked) if threshold is not None else n
+        keyed = self._hit_count_keyed
         refresh = self._refresh
         node = self.root
         self._clock += 1  # _touch_root
@@ -136,8 +138,10 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
                 child.priority = priority
                 if not child.lock_ref:
                     refresh(child)
-            plen = match_len(child.key, keys, pos)
-            if plen < len(child.key):
+            ckey = child.key
+            plen = len(ckey)
+            if keys[pos : pos + plen] != ckey:  # ``match_len``'s whole-node test written out
+                plen = match_len(ckey, keys, pos)
                 child = self._split(child, plen)
             # Touch after the split: the lower half was not referenced and keeps its age (_touch).
             self._clock += 1
@@ -153,7 +157,12 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             node = child
             pos += plen
             if pos > counted_from:
-                self._inc_hit_count(child)
+                # _inc_hit_count written out (the node is on device now).
+                child.hit_count += 1
+                if keyed:
+                    refresh(child)
+                if child.host_value is None and child.hit_count >= threshold:
+                    self.write_backup(child)
         if pos < n:
             self._clock += 1
             leaf = Node(self._next_node_id, keys[pos:], self._clock, priority)  # _new_node written out
