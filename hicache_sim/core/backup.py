@@ -40,7 +40,13 @@ class BackupMixin(CacheState):
         # A prefix-closed host set needs the parent's copy to outlive the host eviction this
         # allocation may run: under reclaim_mirrors the parent (a D+H host leaf until its child is
         # backed up) would otherwise be the very mirror reclaimed to make room for its child.
-        pin = not write_back and parent is not root and parent.host_value is not None and self.host_prefix_closed
+        pin = (
+            not write_back
+            and parent is not root
+            and parent.host_value is not None
+            and self.host_prefix_closed
+            and not (self._pins_inert and parent.value is not None)
+        )
         if pin:
             self.protect_host(parent)
         try:

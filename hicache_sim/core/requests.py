@@ -127,7 +127,10 @@ class RequestMixin(CacheState):
         pages = st.pages
         if n > len(pages) or n > len(keys):
             self._check_pages(st, n)
-        prefix = self._insert_request(st, n, False)
+        # _insert_request written out.
+        prefix = self.insert(keys if n == len(keys) else keys[:n], pages, priority=st.priority, inserted=st.inserted)
+        if n > st.inserted:
+            st.inserted = n
         if prefix > st.cached:
             self.device.free(pages[st.cached : prefix])
         if len(pages) > n:

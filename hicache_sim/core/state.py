@@ -80,6 +80,10 @@ class CacheState:
         # demoted node keeps its place) until a reclaim walk passes them, as upstream.
         self.unified_write_back = self.write_policy.backup_at_eviction and self.sem.write_back_eviction.unified
         self._track_dups = self.unified_write_back and self.host_rule.reclaims_duplicates
+        # Does a host pin on a node with a device copy change nothing? Under an H-only rule such a
+        # node is never a host candidate (the pin would guard its candidacy), and without the
+        # duplicate reclaim no host eviction reads its pin: the hot paths then skip the pin.
+        self._pins_inert = self._host_h_only and not self._track_dups
         self.host_duplicates: dict[Node, None] = {}
         self._outbox: list[Transfer] = []
         self.inflight: dict[int, Transfer] = {}
@@ -191,14 +195,6 @@ class CacheState:
                 return node
         return None
 
-    def _pop_device_candidate(self) -> Node | None:
-        """Remove and return the device candidate with the smallest key, or None (mutates heap only)."""
-        return self._pop(self._dev_heap, self._dev_cands)
-
-    def _pop_host_candidate(self) -> Node | None:
-        """Remove and return the host candidate with the smallest key, or None (mutates heap only)."""
-        return self._pop(self._host_heap, self._host_cands)
-
     def _compact_heaps(self) -> None:
         """Drop stale entries once they dominate (keeps memory bounded on long runs)."""
         if len(self._dev_heap) > 4 * len(self._dev_cands) + 4096:
@@ -304,16 +300,17 @@ class CacheState:
             raise CacheStateError(f"delete of node {node.id} which still has {len(node.children)} children")
         parent = node.parent
         del parent.children[node.key[0]]
-        if node.value is not None and node.host_value is not None:
-            self.mirror_pages -= len(node.key)
-        if node.value is not None:
-            self.device.free(node.value)
-            self.evictable_pages -= len(node.value)
+        value, host_value = node.value, node.host_value
+        if value is not None:
+            if host_value is not None:
+                self.mirror_pages -= len(node.key)
+            self.device.free(value)
+            self.evictable_pages -= len(value)
             parent.n_dev_children -= 1
             node.value = None
-        if node.host_value is not None:
-            self.host.free(node.host_value)
-            self.tree_host_pages -= len(node.host_value)
+        if host_value is not None:
+            self.host.free(host_value)
+            self.tree_host_pages -= len(host_value)
             parent.n_host_children -= 1
             node.host_value = None
         self._dev_cands.pop(node, None)
