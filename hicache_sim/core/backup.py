@@ -116,11 +116,13 @@ class BackupMixin(CacheState):
         chain = []
         covered = 0
         x = node
-        while covered < n and x is not self.root and x.pending_write == tid:
+        root = self.root
+        while covered < n and x is not root and x.pending_write == tid:
             x.pending_write = None
             chain.append(x)
             covered += len(x.key)
-            self._refresh_host(x)
+            if not x.lock_ref:  # still locked by the write (the caller unlocks next): nothing to re-queue
+                self._refresh_host(x)
             x = x.parent
         chain.reverse()
         return chain

@@ -157,7 +157,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             node = child
             pos += plen
             if pos > counted_from:
-                # _inc_hit_count written out (the node is on device now).
+                # The insert-hit (upstream's _inc_hit_count): back the node up at the write policy's
+                # threshold; the node is on device now.
                 child.hit_count += 1
                 if keyed:
                     refresh(child)
@@ -179,19 +180,13 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             if not node.lock_ref:
                 refresh(node)
             if n > counted_from:
-                self._inc_hit_count(leaf)
+                # The new leaf's insert-hit (on device, no host copy, no hit before this one).
+                leaf.hit_count = 1
+                if keyed:
+                    refresh(leaf)
+                if threshold <= 1:
+                    self.write_backup(leaf)
         return prefix
-
-    def _inc_hit_count(self, node: Node) -> None:
-        """Count an insert-hit; back the node up once it reaches the write policy's threshold."""
-        threshold = self.write_policy.threshold
-        if threshold is None or node.value is None:
-            return
-        node.hit_count += 1
-        if self._hit_count_keyed:
-            self._refresh(node)
-        if node.host_value is None and node.hit_count >= threshold:
-            self.write_backup(node)
 
     # --------------------------------------------------------------------------------- complete
 
