@@ -131,7 +131,8 @@ def test_overrides_replace_fields_and_reject_unknown_ones(params):
     m = ComputeModel(params.with_overrides(linear_mfu=params.linear_mfu / 2, attention_mfu=params.attention_mfu / 2))
     # Twice the GEMM and attention time; the norms are memory-bound and keep theirs.
     norms = _unsplit(params, 8192)
-    assert m.prefill_time([(8192, 0)]) == pytest.approx(2 * (ComputeModel(params).prefill_time([(8192, 0)]) - norms) + norms)
+    base = ComputeModel(params).prefill_time([(8192, 0)])
+    assert m.prefill_time([(8192, 0)]) == pytest.approx(2 * (base - norms) + norms)
     with pytest.raises(ValueError, match="unknown compute parameter"):
         params.with_overrides(flux_capacitor=1.0)
     with pytest.raises(ValueError, match="linear_mfu"):
@@ -238,9 +239,12 @@ def test_unsplit_bytes_are_full_width_rows_that_tp_does_not_split():
     # DeepSeek-R1: 61 layers of 7168, the first 3 dense: 8 x 61 + 17 x 58 = 1,474 rows per token.
     assert unsplit_bytes_per_token(MODELS.get("deepseek-r1"), 61) == pytest.approx(1474 * 7168 * 2)
     # The same on every rank whatever the TP size; a pipeline stage moves its own layers' share.
-    tp8, tp4 = (_qwen3_235b_on_8_h800().params, ComputeParams.from_resolved(
-        resolved(model="qwen3-235b-a22b", hardware={"gpu": "h800", "tp": 4}, cache={"device_tokens": 6400})
-    ))
+    tp8, tp4 = (
+        _qwen3_235b_on_8_h800().params,
+        ComputeParams.from_resolved(
+            resolved(model="qwen3-235b-a22b", hardware={"gpu": "h800", "tp": 4}, cache={"device_tokens": 6400})
+        ),
+    )
     assert tp8.unsplit_bytes_per_token == tp4.unsplit_bytes_per_token == 94 * 25 * 4096 * 2
     pp2 = ComputeParams.from_resolved(resolved(hardware={"pp": 2}))
     assert pp2.unsplit_bytes_per_token == 16 * 8 * 4096 * 2

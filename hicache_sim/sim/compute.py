@@ -48,7 +48,6 @@ from typing import Protocol
 from ..hardware.presets import WEIGHT_BYTES, ModelPreset
 from ..scenario import Resolved, compute_knobs
 
-
 # Activations (the residual stream, expert outputs) are bf16 whatever the weights' dtype.
 ACTIVATION_BYTES = 2
 
