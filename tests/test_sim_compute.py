@@ -15,12 +15,6 @@ def params() -> ComputeParams:
     return ComputeParams.from_resolved(resolved())
 
 
-def _unsplit(p: ComputeParams, n: int) -> float:
-    """Seconds of Llama-3.1-8B's two residual-add RMSNorms per layer for ``n`` tokens: 8 bf16 rows of
-    4096 per layer, 32 layers (2 MiB per token), at 0.8 x 4.8 TB/s."""
-    return n * 32 * 8 * 4096 * 2 / (4800e9 * 0.8)
-
-
 def _linear_and_attention(p: ComputeParams, n: int, c: int) -> tuple[float, float]:
     """FLOPs of the GEMMs and of attention for ``n`` new tokens after ``c`` cached ones (independent)."""
     return 2 * p.active_params * n, 4 * p.num_layers * p.attn_width * (n * c + n * (n + 1) / 2)
@@ -41,9 +35,7 @@ def test_prefill_is_linear_plus_attention_each_at_its_own_efficiency(params):
     n, c = 8192, 4096
     lin, att = _linear_and_attention(p, n, c)
     want = lin / (p.peak_flops * p.linear_mfu) + att / (p.peak_flops * p.attention_mfu)
-    # The norms move 2 MiB per token through HBM in kernels of their own: 4.47 ms for 8192 tokens.
-    assert _unsplit(p, n) == pytest.approx(4.474e-3, rel=1e-3)
-    assert m.prefill_time([(n, c)]) == pytest.approx(want + _unsplit(p, n))
+    assert m.prefill_time([(n, c)]) == pytest.approx(want)
     # A cached context makes the same new tokens cost more (attention), never less.
     assert m.prefill_time([(n, 32768)]) > m.prefill_time([(n, 0)])
     # Batched chunks add up.
@@ -82,14 +74,13 @@ def test_fp8_weights_run_the_linear_layers_on_the_fp8_peak():
 
 def test_tiny_prefill_is_bound_by_reading_the_weights(params):
     m = ComputeModel(params)
-    want = params.weight_bytes / (params.hbm_Bps * params.hbm_efficiency) + _unsplit(params, 1)
-    assert m.prefill_time([(1, 0)]) == pytest.approx(want)
+    assert m.prefill_time([(1, 0)]) == pytest.approx(params.weight_bytes / (params.hbm_Bps * params.hbm_efficiency))
 
 
 def test_decode_is_memory_bound_for_small_batches_and_grows_with_kv(params):
     m = ComputeModel(params)
     hbm = params.hbm_Bps * params.hbm_efficiency
-    assert m.decode_time(1, 1000) == pytest.approx((params.weight_bytes + 1000 * 131072) / hbm + _unsplit(params, 1))
+    assert m.decode_time(1, 1000) == pytest.approx((params.weight_bytes + 1000 * 131072) / hbm)
     assert m.decode_time(64, 64 * 4000) > m.decode_time(64, 64 * 1000) > m.decode_time(1, 1000)
     assert m.decode_time(0, 0) == 0.0
 
@@ -103,9 +94,12 @@ def test_tensor_parallel_splits_one_requests_prefill_pipeline_parallel_does_not(
     # 475 GB/s bus bandwidth, ring factor 2 (2 - 1) / 2 = 1, 10 us each: 64 x (10 us + 141.3 us).
     allreduce = 2 * 32 * (10e-6 + 8192 * 4096 * 2 * 1.0 / 475e9)
     assert allreduce == pytest.approx(9.68e-3, rel=1e-3)
-    # The norms run on the whole residual stream on every rank: TP does not halve them.
-    norms = _unsplit(one.params, 8192)
-    assert tp2.prefill_time(chunk) == pytest.approx((one.prefill_time(chunk) - norms) / 2 + norms + allreduce, rel=1e-6)
+    # Both ranks run the two norms per layer on the whole residual stream (8 bf16 rows of 4096, 32
+    # layers: 2 MiB per token, at 0.8 x 4.8 TB/s): halving the per-GPU time took half of that away.
+    norms = 8192 * 32 * 8 * 4096 * 2 / (4800e9 * 0.8)
+    assert norms == pytest.approx(4.474e-3, rel=1e-3)
+    want = one.prefill_time(chunk) / 2 + norms / 2 + allreduce
+    assert tp2.prefill_time(chunk) == pytest.approx(want, rel=1e-6)
     # A stage holds half the layers (and does half the work) but the request crosses both stages.
     assert pp2.num_layers == 16 and pp2.pp == 2
     assert pp2.prefill_time(chunk) == pytest.approx(one.prefill_time(chunk) / 2, rel=1e-6)
@@ -122,17 +116,13 @@ def test_pipeline_decode_keeps_the_per_token_latency_and_splits_the_kv_reads():
     # A full batch: four micro-batches in flight, every stage reads its weights once per micro-batch
     # (all weights once per token in all) and a quarter of the KV of a quarter of the requests.
     b, kv = 64, 64 * 4000
-    want = (p1.weight_bytes + kv * p1.kv_bytes_per_token / 4) / hbm + _unsplit(p1, b) / 4
-    assert pp4.decode_time(b, kv) == pytest.approx(want)
+    assert pp4.decode_time(b, kv) == pytest.approx((p1.weight_bytes + kv * p1.kv_bytes_per_token / 4) / hbm)
     assert pp4.decode_time(b, kv) < one.decode_time(b, kv)
 
 
 def test_overrides_replace_fields_and_reject_unknown_ones(params):
     m = ComputeModel(params.with_overrides(linear_mfu=params.linear_mfu / 2, attention_mfu=params.attention_mfu / 2))
-    # Twice the GEMM and attention time; the norms are memory-bound and keep theirs.
-    norms = _unsplit(params, 8192)
-    base = ComputeModel(params).prefill_time([(8192, 0)])
-    assert m.prefill_time([(8192, 0)]) == pytest.approx(2 * (base - norms) + norms)
+    assert m.prefill_time([(8192, 0)]) == pytest.approx(2 * ComputeModel(params).prefill_time([(8192, 0)]))
     with pytest.raises(ValueError, match="unknown compute parameter"):
         params.with_overrides(flux_capacitor=1.0)
     with pytest.raises(ValueError, match="linear_mfu"):
@@ -150,7 +140,7 @@ def test_a_short_prefill_after_a_long_context_is_bound_by_reading_it(params):
     want = (p.weight_bytes + c * p.kv_bytes_per_token) / (p.hbm_Bps * p.hbm_efficiency)
     lin, att = _linear_and_attention(p, 1, c)
     assert lin / (p.peak_flops * p.linear_mfu) + att / (p.peak_flops * p.attention_mfu) < want
-    assert m.prefill_time([(1, c)]) == pytest.approx(want + _unsplit(p, 1))
+    assert m.prefill_time([(1, c)]) == pytest.approx(want)
 
 
 def _qwen3_235b_on_8_h800() -> ComputeModel:
@@ -182,11 +172,11 @@ def test_moe_prefill_runs_routed_experts_at_the_grouped_gemm_efficiency_plus_tp_
     # 2 x 94 all-reduces of 8192 x 4096 bf16 (67.1 MB), ring 2 x 7 / 8, 215 GB/s bus, 10 us each.
     allreduce = 188 * (10e-6 + n * 4096 * 2 * 1.75 / 215e9)
     assert allreduce == pytest.approx(0.1046, rel=1e-3)
-    # Every rank runs two norms (8 rows of 4096) and the top-8 combine (8 expert rows written by the
-    # down projection, read by the sum, 1 row written: 17 rows) per token and layer,
-    # 25 bf16 rows of 4096 = 200 KiB, 94 layers: 19.25 MB per token, 58.8 ms for 8192 tokens.
-    unsplit = n * 94 * 25 * 4096 * 2 / (3350e9 * 0.8)
-    assert unsplit == pytest.approx(0.0589, rel=1e-2)
+    # Every rank runs the two norms (8 rows of 4096) and the top-8 combine (8 expert rows written by
+    # the down projection, read by the sum, 1 row written: 17 rows) per token and layer: 25 bf16 rows
+    # of 4096 = 200 KiB, x 94 layers = 19.25 MB per token; TP 8 took 1/8 of it off the per-GPU figure.
+    unsplit = 7 / 8 * n * 94 * 25 * 4096 * 2 / (3350e9 * 0.8)
+    assert unsplit == pytest.approx(0.0515, rel=1e-2)
     assert m.prefill_time([(n, 0)]) == pytest.approx(linear + attention + unsplit + allreduce, rel=1e-9)
 
 
@@ -199,7 +189,7 @@ def test_moe_decode_reads_only_the_experts_its_tokens_reach():
     ar = 188 * 10e-6  # one token's all-reduce bytes are negligible next to the latency: counted below
     # One token reaches exactly its 8 of 128 experts per layer: 1/16 of the routed weights.
     assert m.experts_touched(1) == pytest.approx(8)
-    unsplit = 94 * 25 * 4096 * 2 / hbm  # the norms and top-8 combine of one token (above)
+    unsplit = 7 / 8 * 94 * 25 * 4096 * 2 / hbm  # one token's norms and top-8 combine (above)
     one = (dense_bytes + routed_bytes / 16) / hbm + unsplit + ar + 188 * 4096 * 2 * 1.75 / 215e9
     assert m.decode_time(1, 0) == pytest.approx(one, rel=1e-9)
     # 64 tokens miss an expert with probability (120/128)^64 = 1.6%: 125.9 experts read.
@@ -239,12 +229,16 @@ def test_unsplit_bytes_are_full_width_rows_that_tp_does_not_split():
     # DeepSeek-R1: 61 layers of 7168, the first 3 dense: 8 x 61 + 17 x 58 = 1,474 rows per token.
     assert unsplit_bytes_per_token(MODELS.get("deepseek-r1"), 61) == pytest.approx(1474 * 7168 * 2)
     # The same on every rank whatever the TP size; a pipeline stage moves its own layers' share.
-    tp8, tp4 = (
-        _qwen3_235b_on_8_h800().params,
-        ComputeParams.from_resolved(
-            resolved(model="qwen3-235b-a22b", hardware={"gpu": "h800", "tp": 4}, cache={"device_tokens": 6400})
-        ),
+    tp4 = ComputeParams.from_resolved(
+        resolved(model="qwen3-235b-a22b", hardware={"gpu": "h800", "tp": 4}, cache={"device_tokens": 6400})
     )
-    assert tp8.unsplit_bytes_per_token == tp4.unsplit_bytes_per_token == 94 * 25 * 4096 * 2
-    pp2 = ComputeParams.from_resolved(resolved(hardware={"pp": 2}))
-    assert pp2.unsplit_bytes_per_token == 16 * 8 * 4096 * 2
+    assert _qwen3_235b_on_8_h800().params.unsplit_bytes_per_token == tp4.unsplit_bytes_per_token
+    assert ComputeParams.from_resolved(resolved(hardware={"pp": 2})).unsplit_bytes_per_token == 16 * 8 * 4096 * 2
+
+
+def test_unsplit_kernels_add_only_what_tp_took_away(params):
+    # One GPU: the per-GPU efficiencies already hold the norms; nothing is added.
+    assert ComputeModel(params).unsplit_time(8192) == 0.0
+    # TP 8: 7/8 of the traffic comes back, so TP 8 of the same step costs more than 1/8 of TP 1's.
+    m8 = _qwen3_235b_on_8_h800()
+    assert m8.unsplit_time(1) == pytest.approx(7 / 8 * 94 * 25 * 4096 * 2 / (3350e9 * 0.8))

@@ -5,7 +5,7 @@ Prefill of ``n`` new tokens after ``c`` tokens already in the KV cache, on one r
     attention = 4 x layers x attn_width x (n x c + n (n + 1) / 2)       (QK^T and PV, causal)
     bytes     = non-routed weights + the routed experts the n tokens reach + KV of the context
     allreduce = 2 x layers x (latency + 2 (tp - 1) / tp x n x hidden x 2 B / busbw)   (tp > 1)
-    unsplit   = n x layers x 2 B x (8 hidden + moe_layer_share x (2 k + 1) hidden) / (HBM x hbm_efficiency)
+    unsplit   = (tp - 1) / tp x n x layers x 2 B x (8 hidden + moe_share x (2 k + 1) hidden) / (HBM x eff)
     time      = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + unsplit + allreduce
 The efficiencies differ: a short prompt is GEMM work, a long one attention work, and a MoE's routed
 experts run as grouped GEMMs far below a dense GEMM. A MoE's routed experts are ``routed_params``;
@@ -20,7 +20,10 @@ after each all-reduce: the two residual-add RMSNorms of a layer (each reads the 
 rows and writes both: 8 rows of ``hidden``), and in a MoE layer the top-k combine (the down projection
 writes ``k`` full-width rows per token, one per chosen expert, SGLang's ``intermediate_cache3`` of shape
 ``(tokens, k, hidden)``; the sum reads them and writes one row). They run as separate memory-bound
-kernels between the GEMMs, so their time adds; with TP they do not shrink while the GEMMs do.
+kernels between the GEMMs. The efficiencies are figures for one GPU running the whole model (the GEMM
+and fused-MoE measurements, the 0.7 estimate that covers norms and activations), so at ``tp = 1`` these
+kernels are inside them; TP divides the linear term by ``tp`` but not these kernels, so the model adds
+back the ``(tp - 1) / tp`` of their time that the division took away.
 Decode of a batch of ``B`` requests holding ``K`` KV tokens in total:
     time   = max((weights read for B tokens + K x kv_bytes) / (HBM x eff), linear + attention) + unsplit(B)
              + allreduce(B)
@@ -205,7 +208,8 @@ class ComputeModel:
         # and receives 2 (tp - 1) / tp of the message; the message is one bf16 residual row per token.
         self._allreduces = 2 * params.num_layers if tp > 1 else 0
         self._ar_per_token = 2.0 * (tp - 1) / tp * params.hidden_size * 2.0 / params.allreduce_Bps if tp > 1 else 0.0
-        self._unsplit_per_token = params.unsplit_bytes_per_token / self._hbm
+        # What dividing the per-GPU efficiencies' work by tp took away from the kernels TP does not split.
+        self._unsplit_per_token = (tp - 1) / tp * params.unsplit_bytes_per_token / self._hbm
 
     @classmethod
     def from_resolved(cls, r: Resolved, **overrides: float) -> ComputeModel:
@@ -234,7 +238,8 @@ class ComputeModel:
         return 2.0 * tokens * (self._dense_active / self._linear + self._routed_active / self._experts)
 
     def unsplit_time(self, tokens: float) -> float:
-        """Seconds of the memory-bound kernels TP does not split (norms, top-k combine) for ``tokens``."""
+        """Seconds of the memory-bound kernels TP does not split (norms, top-k combine) for ``tokens``,
+        beyond the ``1 / tp`` share the per-GPU efficiencies already count (0 without TP)."""
         return tokens * self._unsplit_per_token
 
     def allreduce_time(self, tokens: float) -> float:
