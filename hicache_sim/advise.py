@@ -5,7 +5,8 @@ whole grid (host GB per rank x write policy x host-eviction rule, storage on and
 scenario has a backend), then timed mode for the few points instant mode shortlists (TTFT needs
 timed mode). A hit-rate target is judged on instant mode's hit rates; a TTFT target on timed mode's
 p99, simulated for the configuration with the best instant hit rate at each host size, smallest
-sizes first, until one meets it.
+sizes first, until one meets it. When the answer uses one of hicache-sim's proposed host rules, the
+same search is made over SGLang's own rule too, so the advice also says what SGLang can launch today.
 """
 
 from __future__ import annotations
@@ -207,7 +208,8 @@ class Advice:
     timed: pd.Series | None  # the timed run of the chosen point, when one ran
     instant: pd.DataFrame
     timed_table: pd.DataFrame | None
-    upstream: pd.Series | None  # the same answer restricted to SGLang's upstream rule (hit-rate target)
+    upstream: pd.Series | None  # the same answer restricted to SGLang's upstream rule (an instant row
+    # for a hit-rate target, a timed row for TTFT), when the chosen rule is another
     setup: Setup
     validation: str
     launch: tuple[str, list[str]] = ("", [])  # the SGLang command of the chosen point, and its notes
@@ -281,18 +283,30 @@ def advise(
             validation_summary(root),
             launch,
         )
-    # TTFT: time the best-per-size configurations, smallest first, a batch of `workers` at a time.
-    cands = curve(inst)
-    done: list[pd.DataFrame] = []
-    for i in range(0, len(cands), max(1, workers)):
-        batch = cands.iloc[i : i + max(1, workers)]
-        done.append(timed([point_of(r, keys) for _, r in batch.iterrows()]))
-        if smallest_meeting(pd.concat(done, ignore_index=True), target, target.value) is not None:
-            break
-    timed_table = pd.concat(done, ignore_index=True)
+
+    def time_until_met(cands: pd.DataFrame) -> pd.DataFrame:
+        """Time ``cands`` (one configuration per size), smallest first, a batch of ``workers`` at a
+        time, until one meets the target; the timed rows."""
+        done: list[pd.DataFrame] = []
+        for i in range(0, len(cands), max(1, workers)):
+            batch = cands.iloc[i : i + max(1, workers)]
+            done.append(timed([point_of(r, keys) for _, r in batch.iterrows()]))
+            if smallest_meeting(pd.concat(done, ignore_index=True), target, target.value) is not None:
+                break
+        return pd.concat(done, ignore_index=True)
+
+    # TTFT: time the best-per-size configurations, smallest first.
+    timed_table = time_until_met(curve(inst))
     row = smallest_meeting(timed_table, target, target.value)
     met = row is not None
     chosen = row if met else best_reachable(timed_table, target)
+    if chosen[RULE] != UPSTREAM_RULE:
+        # The same search over SGLang's own rule: the answer an operator can launch today. Points the
+        # first search timed already are resumed from its folder, not simulated again.
+        up_timed = time_until_met(curve(inst[inst[RULE] == UPSTREAM_RULE]))
+        up_row = smallest_meeting(up_timed, target, target.value)
+        upstream = up_row if up_row is not None else best_reachable(up_timed, target)
+        timed_table = pd.concat([timed_table, up_timed], ignore_index=True).drop_duplicates(keys)
     same = (inst[keys] == pd.Series({k: chosen[k] for k in keys})).all(axis=1)
     launch = launch_command(st, source, set_args, chosen)
     return Advice(
@@ -304,7 +318,7 @@ def advise(
         chosen,
         inst,
         timed_table,
-        None,
+        upstream,
         st,
         validation_summary(root),
         launch,

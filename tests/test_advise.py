@@ -106,6 +106,69 @@ def test_ttft_target_times_smallest_sizes_first_and_stops(scenario, tmp_path):
     assert d["recommendation"]["ttft_p99_s"] == fastest["ttft_p99_s"]
 
 
+def test_ttft_answer_with_a_proposal_rule_also_searches_sglangs_upstream_rule(monkeypatch, tmp_path):
+    """boundary has the best instant hit rate at every size; timed, it meets the TTFT target at 4 GB,
+    the upstream rule only at 16 GB. The advice names both, and the upstream search times the
+    upstream configuration of each size, smallest first, and stops at 16."""
+    import hicache_sim.advise as adv
+    from hicache_sim.advise import TTFT, setup
+    from hicache_sim.output.advice import advice_dict, advice_lines
+
+    hits = {"evicted_only": 0.1, "reclaim_mirrors": 0.15, "boundary": 0.2}
+    ttft = {("boundary", 4): 1.0, ("evicted_only", 4): 3.0, ("evicted_only", 8): 2.5, ("evicted_only", 16): 1.5}
+    timed_calls = []
+
+    def fake_sweep(base, source, out_dir, *, points=None, **kw):
+        if base["mode"] == "instant":
+            rows = [
+                {SIZE: s, POLICY: pol, RULE: rule, HIT: hits[rule] + s / 1000}
+                for s in (4, 8, 16, 32)
+                for pol in ("write_through", "write_back")
+                for rule in hits
+            ]
+        else:
+            timed_calls.append([dict(p.overrides) for p in points])
+            rows = [
+                {**dict(p.overrides), HIT: 0.1, TTFT: ttft[dict(p.overrides)[RULE], dict(p.overrides)[SIZE]]}
+                for p in points
+            ]
+        t = pd.DataFrame(rows)
+        for tier in ("device", "host", "storage"):
+            t[f"hit_rate.{tier}"] = 0.0
+        t["hit_rate.total"] = t[HIT]
+        t["ttft_s.p50"] = 0.5
+        t["sizes.host_to_device_ratio"] = 1.0
+        return type("R", (), {"table": t})()
+
+    monkeypatch.setattr(adv, "run_sweep", fake_sweep)
+    monkeypatch.setattr(adv, "plan", lambda *a, **k: [])
+    monkeypatch.setattr(adv, "launch_command", lambda *a, **k: ("python -m sglang.launch_server", []))
+    st = setup(SMALL, "small.yaml", [], None, [4, 8, 16, 32])
+    a = adv.advise(
+        SMALL,
+        "small.yaml",
+        tmp_path / "o",
+        Target("ttft_p99", 2.0),
+        st,
+        set_args=[],
+        workers=1,
+        base_dir=None,
+        instant_only=False,
+        root=tmp_path,
+    )
+    assert a.met and a.chosen[RULE] == "boundary" and int(a.chosen[SIZE]) == 4
+    assert [c[0][RULE] for c in timed_calls] == ["boundary", "evicted_only", "evicted_only", "evicted_only"]
+    assert [c[0][SIZE] for c in timed_calls] == [4, 4, 8, 16]  # stops at the first upstream size that meets it
+    assert a.upstream[RULE] == "evicted_only" and int(a.upstream[SIZE]) == 16
+    text = "\n".join(advice_lines(a))
+    assert (
+        "with SGLang's upstream rule: meets it at 16 GB per rank, write_through, hit rate 0.100, TTFT p99 1.500 s"
+        in text
+    )
+    up = advice_dict(a, "cmd")["upstream_rule"]
+    assert up["host_size_gb"] == 16 and up["ttft_p99_s"] == 1.5 and up["meets_target"] is True
+
+
 def row(size, policy, rule, hit):
     return {SIZE: size, POLICY: policy, RULE: rule, HIT: hit}
 

@@ -173,7 +173,7 @@ def fill_host_with_mirrors(rule: str):
 # H-only copy at 2 k_A - k_C, older than A, so C goes first; boundary takes duplicates first.
 EXPECTED_HOST_RULE = {
     "evicted_only": ("A", "A"),
-    "reclaim_mirrors": ("AC", "C"),
+    "reclaim_mirrors": ("AC", "A"),
     "boundary": ("ABC", "C"),
 }
 
@@ -301,6 +301,17 @@ def test_reclaim_mirrors_takes_a_mirror_far_ahead_of_the_device_boundary_before_
 def test_reclaim_mirrors_keeps_a_mirror_near_the_device_boundary_over_a_stale_h_only_copy():
     # M is about to leave the device (and would be lost without its copy); H is 20 ticks stale.
     c, h, m = mirror_against_h_only(mirror_far_from_boundary=False)
+    assert c.evict_host(1) == 2
+    assert m.state() == "D+H" and h.parent is None and 1 not in c.root.children
+    check(c)
+
+
+def test_reclaim_mirrors_weighs_a_mirror_by_the_device_boundary_at_the_pop_not_when_it_was_queued():
+    # As in the far case, M was queued while X was the boundary (M then worth less than H). X then
+    # leaves the device without a copy: M is the boundary itself, worth its own key, newer than H.
+    c, h, m = mirror_against_h_only(mirror_far_from_boundary=True)
+    x = node_at(c, [3, 4])
+    assert c.evict(2) == 2 and x.parent is None
     assert c.evict_host(1) == 2
     assert m.state() == "D+H" and h.parent is None and 1 not in c.root.children
     check(c)

@@ -205,21 +205,31 @@ def test_host_candidate_key_changed_behind_the_heaps_back(rule):
     _fails_with(c, f"[8 host leaves] node {leaf.id} queued under a stale key")
 
 
-def test_a_mirror_key_under_reclaim_mirrors_is_checked_against_its_heap_entry_only():
-    # reclaim_mirrors keys a mirror by the device boundary when the key was computed (not a pure
-    # function of the node): the checker does not recompute it, but the heap must hold the stored key.
+def test_a_mirror_missing_from_reclaim_mirrors_own_heap():
+    # reclaim_mirrors weighs the newest mirror (the top of its own heap) against the oldest H-only copy:
+    # a mirror candidate absent from that heap could never be reclaimed while H-only copies remain.
     c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction="reclaim_mirrors")
     put(c, [1, 2, 3])
     settle(c)
     m = node_at(c, [1, 2, 3])
-    assert m.state() == "D+H" and m in c._host_cands and c.host_rule.pure_key(c, m) is None
-    m.last_access += 1000  # the device side is re-queued (its key is pure), the host side is not
+    assert m.state() == "D+H" and m in c._host_cands
+    check(c)
+    k = c._host_cands[m]
+    c.host_rule._mirrors[:] = [e for e in c.host_rule._mirrors if e[-1] is not m]
+    _fails_with(
+        c, f"[8 host leaves] mirror node {m.id} is a candidate under key {k!r} but not in the rule's mirror heap"
+    )
+
+
+def test_a_mirror_key_under_reclaim_mirrors_is_recomputed_by_the_checker():
+    c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction="reclaim_mirrors")
+    put(c, [1, 2, 3])
+    settle(c)
+    m = node_at(c, [1, 2, 3])
+    m.last_access += 1000  # touched without re-queueing either side
     c._dev_cands[m] = c.strategy.key(m)
     c._dev_heap.append((c._dev_cands[m], m.id, 0, m))
-    check(c)  # an impure key may lag behind the node: not a broken invariant
-    k = c._host_cands[m]
-    c._host_heap[:] = [e for e in c._host_heap if e[-1] is not m]
-    _fails_with(c, f"[8 host leaves] node {m.id} is a candidate under key {k!r} but no heap entry holds that key")
+    _fails_with(c, f"[8 host leaves] node {m.id} queued under a stale key")
 
 
 def test_device_candidate_without_a_heap_entry(cache):

@@ -152,7 +152,7 @@ class EvictionMixin(CacheState):
         freed = self._reclaim_duplicates(num_pages) if self._track_dups else 0
         page_level = self._page_level
         while freed < num_pages:
-            x = self._pop(self._host_heap, self._host_cands)
+            x = self.host_rule.pop_candidate(self)
             if x is None:
                 break
             if page_level and len(x.key) > num_pages - freed:

@@ -12,7 +12,9 @@ to keep the rule's invariant.
   only once the device boundary passes its device copy, so it counts as an H-only copy as far behind
   the boundary as it is ahead of it. No capacity threshold: the old order switched at host = device
   (mirrors first at or below it, H-only copies first above it), and with ``up_plus_one`` sizing a
-  ratio of 1 gave fewer hits than 0.5 (``results/host_ratio_monotone``). (Plain LRU over both kinds,
+  ratio of 1 gave fewer hits than 0.5 (``results/host_ratio_monotone``). A mirror's worth moves with the
+  boundary, so the rule weighs the newest mirror against the oldest H-only copy at each pop
+  (``pop_candidate``), from a heap of mirrors of its own. (Plain LRU over both kinds,
   as #16909 proposed, keeps the host full of mirrors of the newest device pages: no failed
   allocations, but no L2 hits either; measured on the Mooncake conversation trace.)
 - ``boundary`` (upstream proof of concept, #29049): D+H "duplicate" leaves go first, then H-only
@@ -22,10 +24,9 @@ to keep the rule's invariant.
 
 Keys and the checker: the host heap is lazily invalidated, like the device heap; an entry counts only
 while the candidate dict holds the same key for its node. ``check()`` asserts that every candidate has
-a heap entry under its stored key, and, where the rule's key is a pure function of the node
-(``key_is_pure``; per node, ``pure_key``), that the stored key is the recomputed one. ``reclaim_mirrors``
-keys a mirror by the device boundary at the time the key is computed, so its mirrors are checked only
-against the heap.
+a heap entry under its stored key, that the stored key is the one ``pure_key`` recomputes (every rule's
+key is a function of the node and the strategy), and whatever the rule's own ``check`` asserts of its
+bookkeeping (``reclaim_mirrors``: every mirror candidate is in its mirror heap).
 """
 
 from __future__ import annotations
@@ -51,11 +52,6 @@ class HostEvictionRule:
     #: Under write_back (unified semantics), does evict_host first reclaim full host duplicates, as
     #: upstream does (oldest duplicate first, sparing device-eviction candidates)?
     reclaims_duplicates = True
-    #: Is ``key`` a pure function of the node (and the strategy), computed without side effects? The
-    #: checker then recomputes every host candidate's key and compares it with the stored one. A rule
-    #: whose key depends on the cache's state when it is computed (``reclaim_mirrors`` reads the device
-    #: LRU boundary) says False and names, in ``pure_key``, the nodes whose key is still pure.
-    key_is_pure = True
     #: Are candidates always H-only (no device copy)? The cache then skips ``is_candidate`` for nodes
     #: on device.
     h_only_candidates = True
@@ -92,9 +88,17 @@ class HostEvictionRule:
         return cache.strategy.key(node)
 
     def pure_key(self, cache: HiCache, node: Node) -> Any:
-        """The key ``node`` must be queued under if it is a pure function of the node, else None (read
-        only: the checker's reference; the lazy-invalidation contract holds for every key)."""
-        return self.key(cache, node) if self.key_is_pure else None
+        """The key ``node`` must be queued under, computed without side effects (read only: the
+        checker's reference; ``key`` may also record the node in the rule's own heaps)."""
+        return self.key(cache, node)
+
+    def pop_candidate(self, cache: HiCache) -> Node | None:
+        """Remove and return the next host victim, or None (mutates heaps only): the smallest key."""
+        return cache._pop_host_candidate()
+
+    def check(self, cache: HiCache) -> str | None:
+        """What is wrong with the rule's own bookkeeping, or None (read-only; the checker's hook)."""
+        return None
 
     def evict_host_node(self, cache: HiCache, node: Node) -> int:
         """Reclaim one candidate's host pages (mutates). Returns pages freed."""
@@ -146,12 +150,13 @@ class ReclaimMirrors(HostEvictionRule):
     """Host copies of GPU-resident leaves are reclaimable too (the fix #16909 aimed for, reachable)."""
 
     name = "reclaim_mirrors"
-    key_is_pure = False  # a mirror's key reads the device boundary when it is computed
     h_only_candidates = False  # D+H mirrors are candidates too
 
     def __init__(self) -> None:
-        # H-only candidates by key, lazily invalidated like the cache's heaps: the oldest H-only copy.
-        self._h_only: list[tuple[Any, int, Node]] = []
+        # Mirror candidates by key, newest device copy first, lazily invalidated like the cache's heaps.
+        # The cache's host heap holds them too, behind every H-only copy (class 2): its top is the
+        # oldest H-only copy, this heap's top the mirror it is weighed against (``pop_candidate``).
+        self._mirrors: list[tuple[Any, int, Node]] = []
 
     def is_candidate(self, cache: HiCache, node: Node) -> bool:
         return (
@@ -162,7 +167,31 @@ class ReclaimMirrors(HostEvictionRule):
             and node.pending_write is None
         )
 
+    def _weighed_live(self, cache: HiCache) -> bool:
+        """Are mirrors weighed against H-only copies at each pop? Not with demotion (write_back): a
+        device victim is written to host as it leaves, so a mirror serves no hit its page would not
+        get anyway, and mirrors go first (class 0). Under the unified write_back the cache's
+        full-duplicate reclaim (upstream's order, oldest duplicate first, sparing device-eviction
+        candidates) runs before the heap and takes them; it beat newest-first by 0.003 to 0.007 of
+        pages at every host size on the conversation trace. Class 0 orders the rest (the staged 2025
+        write_back)."""
+        return not (cache.write_policy.backup_at_eviction or self.demotes)
+
+    def pure_key(self, cache: HiCache, node: Node) -> Any:
+        k = cache.strategy.key(node)
+        if node.value is None:
+            return (1, k)  # an H-only copy: the strategy's order
+        return (2, _reflect(k)) if self._weighed_live(cache) else (0, _reflect(k))
+
     def key(self, cache: HiCache, node: Node) -> Any:
+        k = self.pure_key(cache, node)
+        if k[0] == 2:
+            heapq.heappush(self._mirrors, (k, node.id, node))
+            if len(self._mirrors) > 2 * len(cache._host_cands) + 1024:
+                self._compact(cache)
+        return k
+
+    def pop_candidate(self, cache: HiCache) -> Node | None:
         # One scale for both kinds of copy, the strategy's key, read as "when could this copy serve a
         # hit". An H-only copy can now: its key is the strategy's. A mirror can only once the device
         # boundary b (the next device victim's key) has passed its device copy; without demotion a
@@ -171,54 +200,46 @@ class ReclaimMirrors(HostEvictionRule):
         # counts as an H-only copy as far behind it. (Under LRU, if a page idle for a time t is
         # expected to wait as long again for its next use, an H-only copy idle for t serves in t; a
         # mirror first waits until it leaves the device, idle then for as long as the device keeps
-        # pages, and then as long again; the two waits are equal at 2b - k.) That worth rises twice
-        # as fast as the boundary moves, faster than the H-only copies it competes with, while a heap
-        # key stays fixed until the node is refreshed; so the comparison is made when the key is
-        # computed (the mirror becomes a candidate, or is touched): a mirror worth less than the
-        # oldest H-only copy (or with no H-only copy to reclaim instead) keeps key 2b - k and goes
-        # before it; one worth more stays so until it leaves the device, and takes the key it will
-        # then have as an H-only copy, k. With demotion (write_back) a device victim is written to
-        # host as it leaves, so a mirror serves no hit its page would not get anyway: mirrors go
-        # first. Under the unified write_back the cache's full-duplicate reclaim (upstream's order,
-        # oldest duplicate first, sparing device-eviction candidates) runs before this heap and
-        # takes them; it beat newest-first by 0.003 to 0.007 of pages at every host size on the
-        # conversation trace. This branch orders the rest (the staged 2025 write_back).
-        k = cache.strategy.key(node)
-        if node.value is None:
-            heapq.heappush(self._h_only, ((1, k), node.id, node))
-            if len(self._h_only) > 2 * len(cache._host_cands) + 1024:
-                self._compact(cache)
-            return (1, k)
-        if cache.write_policy.backup_at_eviction or self.demotes:
-            return (0, _reflect(k))
-        b = _device_boundary(cache)
-        worth = k if b is None else _reflect(k, b)
-        oldest = self._oldest_h_only(cache)
-        return (1, worth if oldest is None or worth < oldest else k)
+        # pages, and then as long again; the two waits are equal at 2b - k.) That worth moves with the
+        # boundary, so it is weighed here, at each pop, against the oldest H-only copy: the newest
+        # mirror (the least worth of all mirrors) goes if it is worth less, else the H-only copy.
+        if not self._weighed_live(cache):
+            return cache._pop_host_candidate()
+        heap, cands = cache._host_heap, cache._host_cands
+        while heap and cands.get(heap[0][-1]) != heap[0][0]:
+            heapq.heappop(heap)
+        h_only = heap[0][0][1] if heap and heap[0][0][0] == 1 else None
+        mirror = self._newest_mirror(cache)
+        if mirror is None:
+            return cache._pop_host_candidate() if h_only is not None else None
+        if h_only is not None:
+            k = _reflect(cands[mirror][1])
+            b = _device_boundary(cache)
+            if not (k if b is None else _reflect(k, b)) < h_only:
+                return cache._pop_host_candidate()
+        heapq.heappop(self._mirrors)
+        return mirror
 
-    def pure_key(self, cache: HiCache, node: Node) -> Any:
-        # H-only copies and mirrors under demotion have keys of their own; other mirrors do not (and
-        # ``key`` pushes onto the H-only heap, so the checker must not call it).
-        k = cache.strategy.key(node)
-        if node.value is None:
-            return (1, k)
-        if cache.write_policy.backup_at_eviction or self.demotes:
-            return (0, _reflect(k))
-        return None
-
-    def _oldest_h_only(self, cache: HiCache) -> Any:
-        """Strategy key of the H-only candidate reclaimed first, or None (drops stale entries)."""
-        heap = self._h_only
+    def _newest_mirror(self, cache: HiCache) -> Node | None:
+        """The mirror candidate with the newest device copy, or None (drops stale entries)."""
+        heap, cands = self._mirrors, cache._host_cands
         while heap:
             k, _, node = heap[0]
-            if node.value is None and cache._host_cands.get(node) == k:
-                return k[1]
+            if cands.get(node) == k:
+                return node
             heapq.heappop(heap)
         return None
 
     def _compact(self, cache: HiCache) -> None:
-        self._h_only = [(k, n.id, n) for n, k in cache._host_cands.items() if n.value is None]
-        heapq.heapify(self._h_only)
+        self._mirrors = [(k, n.id, n) for n, k in cache._host_cands.items() if k[0] == 2]
+        heapq.heapify(self._mirrors)
+
+    def check(self, cache: HiCache) -> str | None:
+        queued = {(node, k) for k, _, node in self._mirrors}
+        for node, k in cache._host_cands.items():
+            if k[0] == 2 and (node, k) not in queued:
+                return f"mirror node {node.id} is a candidate under key {k!r} but not in the rule's mirror heap"
+        return None
 
 
 @HOST_EVICTION_RULES.register("boundary")
@@ -228,7 +249,6 @@ class Boundary(ReclaimMirrors):
     name = "boundary"
     prefix_closed_host = False
     demotes = True
-    key_is_pure = True
     # Its own order takes duplicates first and only leaves: the cache's duplicate reclaim would take a
     # D+H node above an H-only child, leaving that child under a parent without host copy.
     reclaims_duplicates = False

@@ -132,6 +132,9 @@ def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
     _check_keys("8 device leaves", cache._dev_heap, cache._dev_cands, cache.strategy.key)
     rule = cache.host_rule
     _check_keys("8 host leaves", cache._host_heap, cache._host_cands, lambda n: rule.pure_key(cache, n))
+    problem = rule.check(cache)
+    if problem is not None:
+        _fail("8 host leaves", problem)
 
 
 def _check_keys(rule: str, heap: list, cands: dict, pure_key) -> None:

@@ -43,7 +43,7 @@ class CacheState:
         self._host_h_only = self.host_rule.h_only_candidates
         # Must an insert-hit re-queue the node? Pure host keys read the node through the strategy's
         # key (the checker recomputes them); an impure one may differ whenever it is recomputed.
-        self._hit_count_keyed = self.strategy.reads_hit_count or not self.host_rule.key_is_pure
+        self._hit_count_keyed = self.strategy.reads_hit_count
         self.host_prefix_closed = self.host_rule.host_set_prefix_closed(self)  # fixed by the config
         self.buffer_only = config.host_memory_mode == "buffer_only"
         self.has_host = config.has_host
@@ -194,6 +194,10 @@ class CacheState:
             if cands.get(node) == k:
                 return node
         return None
+
+    def _pop_host_candidate(self) -> Node | None:
+        """Remove and return the host candidate with the smallest key, or None (mutates heap only)."""
+        return self._pop(self._host_heap, self._host_cands)
 
     def _compact_heaps(self) -> None:
         """Drop stale entries once they dominate (keeps memory bounded on long runs)."""

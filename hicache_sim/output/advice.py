@@ -48,6 +48,18 @@ def without_storage(a: Advice) -> pd.Series | None:
     return None if t.empty else curve(t).iloc[0]
 
 
+def upstream_record(a: Advice) -> dict[str, Any]:
+    """The upstream-rule answer as data: its instant hit rates (hit-rate target) or its timed ones
+    and TTFT (TTFT target, where it is a timed row), and whether it meets the target."""
+    u = a.upstream
+    rec: dict[str, Any] = {**_config(u), "meets_target": bool(a.target.meets(u[a.target.column], a.target_value))}
+    if a.target.kind == "ttft_p99":
+        rec.update(hit_rate_timed=_hits(u), ttft_p99_s=float(u[TTFT]))
+    else:
+        rec["hit_rate_instant"] = _hits(u)
+    return rec
+
+
 def advice_dict(a: Advice, command: str) -> dict[str, Any]:
     """Everything the text says, as data (``target.met`` is what a script should test)."""
     inst = a.chosen_instant
@@ -66,7 +78,7 @@ def advice_dict(a: Advice, command: str) -> dict[str, Any]:
             "sglang_notes": a.launch[1],
             "sglang_supported": a.chosen[RULE] == UPSTREAM_RULE,
         },
-        "upstream_rule": None if a.upstream is None else {**_config(a.upstream), "hit_rate_instant": _hits(a.upstream)},
+        "upstream_rule": None if a.upstream is None else upstream_record(a),
         "without_storage": None if (w := without_storage(a)) is None else {**_config(w), "hit_rate_instant": _hits(w)},
         "confidence": confidence(a),
         "grid": {k: list(v) for k, v in a.setup.axes.items()},
@@ -146,9 +158,11 @@ def advice_lines(a: Advice) -> list[str]:
         lines.append("  note: " + PROPOSAL_NOTE.format(rule=c[RULE]))
         u = a.upstream
         if u is not None:
-            how = "meets it at" if a.met and a.target.meets(u[HIT], a.target_value) else "best reachable:"
+            how = "meets it at" if a.target.meets(u[a.target.column], a.target_value) else "best reachable:"
+            ttft = f", TTFT p99 {u[TTFT]:.3f} s" if a.target.kind == "ttft_p99" else ""
             lines.append(
-                f"  with SGLang's upstream rule: {how} {int(u[SIZE])} GB per rank, {u[POLICY]}, hit rate {u[HIT]:.3f}"
+                f"  with SGLang's upstream rule: {how} {int(u[SIZE])} GB per rank, {u[POLICY]}, "
+                f"hit rate {u[HIT]:.3f}{ttft}"
             )
     lines.extend(f"confidence: {x}" for x in confidence(a))
     lines.extend(f"note: {n}" for n in a.setup.notes)

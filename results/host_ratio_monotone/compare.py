@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from hicache_sim.core.host_rules import ReclaimMirrors
+from hicache_sim.core.host_rules import HostEvictionRule, ReclaimMirrors
 from hicache_sim.runner import simulate
 from hicache_sim.scenario import load_scenario
 
@@ -42,8 +42,10 @@ def old_key(self, cache, node):
 
 def old_reclaim_mirrors(ratios: list[float]) -> pd.DataFrame:
     """Token hit rate of every write policy under the old reclaim_mirrors order, one run per point."""
-    new_key = ReclaimMirrors.key
-    ReclaimMirrors.key = old_key
+    # The old rule had no heap of its own: its keys alone ordered one heap (the base rule's pop).
+    new = ReclaimMirrors.key, ReclaimMirrors.pure_key, ReclaimMirrors.pop_candidate
+    ReclaimMirrors.key = ReclaimMirrors.pure_key = old_key
+    ReclaimMirrors.pop_candidate = HostEvictionRule.pop_candidate
     rows = []
     try:
         for policy in POLICIES:
@@ -57,7 +59,7 @@ def old_reclaim_mirrors(ratios: list[float]) -> pd.DataFrame:
                 rows.append({"policy": policy, "ratio": ratio, "old": summary["hit_rate"]["total"]})
                 print(f"old reclaim_mirrors {policy} {ratio}: {rows[-1]['old']:.4f}", file=sys.stderr)
     finally:
-        ReclaimMirrors.key = new_key
+        ReclaimMirrors.key, ReclaimMirrors.pure_key, ReclaimMirrors.pop_candidate = new
     return pd.DataFrame(rows)
 
 
