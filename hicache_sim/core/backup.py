@@ -33,9 +33,15 @@ class BackupMixin(CacheState):
             return self.buffer_backup_intent(node)
         parent = node.parent
         root = self.root
-        if not write_back and enforce_parent and self.host_rule.prefix_closed_host:
-            if parent is not root and parent.host_value is None and not self.sem.parent_backup.admit(self, node):
-                return 0
+        if (
+            not write_back
+            and enforce_parent
+            and self.host_rule.prefix_closed_host
+            and parent is not root
+            and parent.host_value is None
+            and not self.sem.parent_backup.admit(self, node)
+        ):
+            return 0
         n = len(node.value)
         # A prefix-closed host set needs the parent's copy to outlive the host eviction this
         # allocation may run: under reclaim_mirrors the parent (a D+H host leaf until its child is
