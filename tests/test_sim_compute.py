@@ -94,7 +94,12 @@ def test_tensor_parallel_splits_one_requests_prefill_pipeline_parallel_does_not(
     # 475 GB/s bus bandwidth, ring factor 2 (2 - 1) / 2 = 1, 10 us each: 64 x (10 us + 141.3 us).
     allreduce = 2 * 32 * (10e-6 + 8192 * 4096 * 2 * 1.0 / 475e9)
     assert allreduce == pytest.approx(9.68e-3, rel=1e-3)
-    assert tp2.prefill_time(chunk) == pytest.approx(one.prefill_time(chunk) / 2 + allreduce, rel=1e-6)
+    # Both ranks run the two norms per layer on the whole residual stream (8 bf16 rows of 4096, 32
+    # layers: 2 MiB per token, at 0.8 x 4.8 TB/s): halving the per-GPU time took half of that away.
+    norms = 8192 * 32 * 8 * 4096 * 2 / (4800e9 * 0.8)
+    assert norms == pytest.approx(4.474e-3, rel=1e-3)
+    want = one.prefill_time(chunk) / 2 + norms / 2 + allreduce
+    assert tp2.prefill_time(chunk) == pytest.approx(want, rel=1e-6)
     # A stage holds half the layers (and does half the work) but the request crosses both stages.
     assert pp2.num_layers == 16 and pp2.pp == 2
     assert pp2.prefill_time(chunk) == pytest.approx(one.prefill_time(chunk) / 2, rel=1e-6)
@@ -167,7 +172,12 @@ def test_moe_prefill_runs_routed_experts_at_the_grouped_gemm_efficiency_plus_tp_
     # 2 x 94 all-reduces of 8192 x 4096 bf16 (67.1 MB), ring 2 x 7 / 8, 215 GB/s bus, 10 us each.
     allreduce = 188 * (10e-6 + n * 4096 * 2 * 1.75 / 215e9)
     assert allreduce == pytest.approx(0.1046, rel=1e-3)
-    assert m.prefill_time([(n, 0)]) == pytest.approx(linear + attention + allreduce, rel=1e-9)
+    # Every rank runs the two norms (8 rows of 4096) and the top-8 combine (8 expert rows written by
+    # the down projection, read by the sum, 1 row written: 17 rows) per token and layer: 25 bf16 rows
+    # of 4096 = 200 KiB, x 94 layers = 19.25 MB per token; TP 8 took 1/8 of it off the per-GPU figure.
+    unsplit = 7 / 8 * n * 94 * 25 * 4096 * 2 / (3350e9 * 0.8)
+    assert unsplit == pytest.approx(0.0515, rel=1e-2)
+    assert m.prefill_time([(n, 0)]) == pytest.approx(linear + attention + unsplit + allreduce, rel=1e-9)
 
 
 def test_moe_decode_reads_only_the_experts_its_tokens_reach():
@@ -179,7 +189,8 @@ def test_moe_decode_reads_only_the_experts_its_tokens_reach():
     ar = 188 * 10e-6  # one token's all-reduce bytes are negligible next to the latency: counted below
     # One token reaches exactly its 8 of 128 experts per layer: 1/16 of the routed weights.
     assert m.experts_touched(1) == pytest.approx(8)
-    one = (dense_bytes + routed_bytes / 16) / hbm + ar + 188 * 4096 * 2 * 1.75 / 215e9
+    unsplit = 7 / 8 * 94 * 25 * 4096 * 2 / hbm  # one token's norms and top-8 combine (above)
+    one = (dense_bytes + routed_bytes / 16) / hbm + unsplit + ar + 188 * 4096 * 2 * 1.75 / 215e9
     assert m.decode_time(1, 0) == pytest.approx(one, rel=1e-9)
     # 64 tokens miss an expert with probability (120/128)^64 = 1.6%: 125.9 experts read.
     assert m.experts_touched(64) == pytest.approx(128 * (1 - (15 / 16) ** 64))
@@ -204,3 +215,30 @@ def test_moe_fields_that_contradict_the_model_size_are_refused():
         resolved(model={"preset": "qwen3-235b-a22b", "experts_per_token": 200}, hardware={"tp": 8})
     with pytest.raises(ConfigError, match="routed experts alone"):
         resolved(model={"preset": "qwen3-235b-a22b", "num_experts": 256}, hardware={"tp": 8})
+
+
+def test_unsplit_bytes_are_full_width_rows_that_tp_does_not_split():
+    from hicache_sim.hardware.presets import MODELS
+    from hicache_sim.sim.compute import unsplit_bytes_per_token
+
+    # Llama-3.1-8B: two residual-add RMSNorms per layer, each reads and writes the hidden and residual
+    # rows: 8 rows of 4096 bf16 x 32 layers = 2 MiB per token.
+    assert unsplit_bytes_per_token(MODELS.get("llama-3.1-8b"), 32) == 32 * 8 * 4096 * 2 == 2_097_152
+    # Qwen3-235B-A22B: + the top-8 combine (8 expert rows written, read, 1 row written) in all 94 layers.
+    assert unsplit_bytes_per_token(MODELS.get("qwen3-235b-a22b"), 94) == 94 * 25 * 4096 * 2
+    # DeepSeek-R1: 61 layers of 7168, the first 3 dense: 8 x 61 + 17 x 58 = 1,474 rows per token.
+    assert unsplit_bytes_per_token(MODELS.get("deepseek-r1"), 61) == pytest.approx(1474 * 7168 * 2)
+    # The same on every rank whatever the TP size; a pipeline stage moves its own layers' share.
+    tp4 = ComputeParams.from_resolved(
+        resolved(model="qwen3-235b-a22b", hardware={"gpu": "h800", "tp": 4}, cache={"device_tokens": 6400})
+    )
+    assert _qwen3_235b_on_8_h800().params.unsplit_bytes_per_token == tp4.unsplit_bytes_per_token
+    assert ComputeParams.from_resolved(resolved(hardware={"pp": 2})).unsplit_bytes_per_token == 16 * 8 * 4096 * 2
+
+
+def test_unsplit_kernels_add_only_what_tp_took_away(params):
+    # One GPU: the per-GPU efficiencies already hold the norms; nothing is added.
+    assert ComputeModel(params).unsplit_time(8192) == 0.0
+    # TP 8: 7/8 of the traffic comes back, so TP 8 of the same step costs more than 1/8 of TP 1's.
+    m8 = _qwen3_235b_on_8_h800()
+    assert m8.unsplit_time(1) == pytest.approx(7 / 8 * 94 * 25 * 4096 * 2 / (3350e9 * 0.8))

@@ -192,6 +192,15 @@ class Era:
     capacity_formula: str
 
 
+#: Which SGLang source each era follows (the behaviour variants cite their commits in
+#: docs/reference/sglang-hicache-semantics.md, section 0). Prefetch timeout defaults, read from the PyPI
+#: wheels: up to 0.5.2 a fixed 3 s (``HiRadixCache.prefetch_timeout``, no extra-config keys); from 0.5.3
+#: through 0.5.23 ``1 + 0.25 s per 1024 tokens``, no cap (hiradix_cache.py; 0.5.23's
+#: unified_radix_cache.py the same), the ``2025`` era's numbers; the ``2026`` era's ``2.0 + 0.1 s per
+#: 1024 tokens, capped at 30 s`` is upstream main after 0.5.23 (``PrefetchTimeoutConfig`` in
+#: hicache_storage.py, an unpinned snapshot): no release up to 0.5.23 has it. To match a 0.5.3-0.5.23
+#: server under the ``2026`` behaviour set ``cache.prefetch_timeout_base_s: 1.0``,
+#: ``prefetch_timeout_per_ki_token_s: 0.25`` and a large ``prefetch_timeout_max_s``.
 SEMANTICS: Registry[Era] = Registry("semantics", "cache.semantics")
 SEMANTICS.add("2025", Era("need", "none", "full_retry", "prealloc", "staged", "never", 1.0, 0.25, None, "2025"))
 SEMANTICS.add(

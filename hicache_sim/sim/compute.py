@@ -5,7 +5,8 @@ Prefill of ``n`` new tokens after ``c`` tokens already in the KV cache, on one r
     attention = 4 x layers x attn_width x (n x c + n (n + 1) / 2)       (QK^T and PV, causal)
     bytes     = non-routed weights + the routed experts the n tokens reach + KV of the context
     allreduce = 2 x layers x (latency + 2 (tp - 1) / tp x n x hidden x 2 B / busbw)   (tp > 1)
-    time      = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + allreduce
+    unsplit   = (tp - 1) / tp x n x layers x 2 B x (8 hidden + moe_share x (2 k + 1) hidden) / (HBM x eff)
+    time      = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + unsplit + allreduce
 The efficiencies differ: a short prompt is GEMM work, a long one attention work, and a MoE's routed
 experts run as grouped GEMMs far below a dense GEMM. A MoE's routed experts are ``routed_params``;
 ``routed_active = routed_params x k / E`` of them run per token, the rest of ``active_params`` is
@@ -13,9 +14,19 @@ dense; a step reads an expert only if one of its ``T`` tokens picks it, ``E (1 -
 the ``E`` experts on average (uniform routing). ``linear_peak`` is the fp8 tensor peak when the
 model's weights are fp8 and the GPU has fp8 tensor cores, else the bf16 peak (attention runs in bf16).
 The all-reduces (after attention and after the MLP, not overlapped with compute) carry one bf16
-residual row per token over the GPUs' all-reduce bus bandwidth.
+residual row per token over the GPUs' all-reduce bus bandwidth. ``unsplit`` is the memory traffic of
+the kernels tensor parallelism does not split, because every rank holds the whole residual stream
+after each all-reduce: the two residual-add RMSNorms of a layer (each reads the hidden and residual
+rows and writes both: 8 rows of ``hidden``), and in a MoE layer the top-k combine (the down projection
+writes ``k`` full-width rows per token, one per chosen expert, SGLang's ``intermediate_cache3`` of shape
+``(tokens, k, hidden)``; the sum reads them and writes one row). They run as separate memory-bound
+kernels between the GEMMs. The efficiencies are figures for one GPU running the whole model (the GEMM
+and fused-MoE measurements, the 0.7 estimate that covers norms and activations), so at ``tp = 1`` these
+kernels are inside them; TP divides the linear term by ``tp`` but not these kernels, so the model adds
+back the ``(tp - 1) / tp`` of their time that the division took away.
 Decode of a batch of ``B`` requests holding ``K`` KV tokens in total:
-    time   = max((weights read for B tokens + K x kv_bytes) / (HBM x eff), linear + attention) + allreduce(B)
+    time   = max((weights read for B tokens + K x kv_bytes) / (HBM x eff), linear + attention) + unsplit(B)
+             + allreduce(B)
 
 Every parameter is per rank: tensor parallelism ``tp`` splits weights, FLOPs and KV heads; pipeline
 parallelism ``pp`` gives each stage ``layers / pp`` layers (and their weights and KV). Under PP a
@@ -37,8 +48,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..hardware.presets import WEIGHT_BYTES
+from ..hardware.presets import WEIGHT_BYTES, ModelPreset
 from ..scenario import Resolved, compute_knobs
+
+# Activations (the residual stream, expert outputs) are bf16 whatever the weights' dtype.
+ACTIVATION_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,8 @@ class ComputeParams:
     hidden_size: int = 0
     allreduce_Bps: float = 0.0
     allreduce_latency_s: float = 0.0
+    # HBM bytes per token of the kernels TP does not split (norms, top-k combine), this rank's layers.
+    unsplit_bytes_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "linear_mfu", "attention_mfu", "hbm_Bps", "hbm_efficiency", "num_layers"):
@@ -86,6 +102,7 @@ class ComputeParams:
             "kv_bytes_per_token",
             "routed_params",
             "allreduce_latency_s",
+            "unsplit_bytes_per_token",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"compute.{name} must be >= 0, got {getattr(self, name)}")
@@ -134,6 +151,7 @@ class ComputeParams:
             hidden_size=m.hidden,
             allreduce_Bps=(hw.allreduce_busbw_gbps or r.gpu.allreduce_busbw_gbps) * 1e9,
             allreduce_latency_s=k["allreduce_latency_us"] * 1e-6,
+            unsplit_bytes_per_token=unsplit_bytes_per_token(m, r.stage_layers),
         )
 
     def with_overrides(self, **changes: float) -> ComputeParams:
@@ -142,6 +160,17 @@ class ComputeParams:
         if unknown:
             raise ValueError(f"unknown compute parameter(s): {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **changes)
+
+
+def unsplit_bytes_per_token(model: ModelPreset, layers: int) -> float:
+    """HBM bytes one token moves on every rank, whatever the TP size, in ``layers`` layers: two
+    residual-add RMSNorms per layer (read hidden and residual, write both: 8 bf16 rows of ``hidden``)
+    and, in the MoE share of the layers, the top-k combine (``k`` expert rows written by the down
+    projection and read by the sum, one row written: ``2 k + 1`` rows)."""
+    hidden = model.hidden
+    moe_share = model.moe_layers / model.num_layers
+    rows = 8 + moe_share * (2 * model.experts_per_token + 1)
+    return float(layers * rows * hidden * ACTIVATION_BYTES)
 
 
 class StepTimeModel(Protocol):
@@ -179,6 +208,8 @@ class ComputeModel:
         # and receives 2 (tp - 1) / tp of the message; the message is one bf16 residual row per token.
         self._allreduces = 2 * params.num_layers if tp > 1 else 0
         self._ar_per_token = 2.0 * (tp - 1) / tp * params.hidden_size * 2.0 / params.allreduce_Bps if tp > 1 else 0.0
+        # What dividing the per-GPU efficiencies' work by tp took away from the kernels TP does not split.
+        self._unsplit_per_token = (tp - 1) / tp * params.unsplit_bytes_per_token / self._hbm
 
     @classmethod
     def from_resolved(cls, r: Resolved, **overrides: float) -> ComputeModel:
@@ -206,6 +237,11 @@ class ComputeModel:
         the rest (attention projections, shared experts, dense layers) at the linear efficiency."""
         return 2.0 * tokens * (self._dense_active / self._linear + self._routed_active / self._experts)
 
+    def unsplit_time(self, tokens: float) -> float:
+        """Seconds of the memory-bound kernels TP does not split (norms, top-k combine) for ``tokens``,
+        beyond the ``1 / tp`` share the per-GPU efficiencies already count (0 without TP)."""
+        return tokens * self._unsplit_per_token
+
     def allreduce_time(self, tokens: float) -> float:
         """Seconds of tensor-parallel all-reduces for a step over ``tokens`` tokens (0 without TP)."""
         if not self._allreduces:
@@ -227,7 +263,7 @@ class ComputeModel:
             return 0.0
         compute = self.linear_time(tokens) + self._attn * pairs / self._attention
         memory = self.weights_read(tokens) + context * p.kv_bytes_per_token
-        return max(compute, memory / self._hbm) + self.allreduce_time(tokens)
+        return max(compute, memory / self._hbm) + self.unsplit_time(tokens) + self.allreduce_time(tokens)
 
     def prefill_latency(self, chunks: Iterable[tuple[int, int]]) -> float:
         """Seconds from the first stage starting a prefill batch to the last stage finishing it."""
@@ -245,4 +281,4 @@ class ComputeModel:
         p = self.params
         memory = self.weights_read(batch) + kv_tokens * p.kv_bytes_per_token
         compute = self.linear_time(batch) + self._attn * kv_tokens / self._attention
-        return max(memory / self._hbm, compute) + self.allreduce_time(batch)
+        return max(memory / self._hbm, compute) + self.unsplit_time(batch) + self.allreduce_time(batch)
