@@ -221,6 +221,21 @@ def test_a_mirror_missing_from_reclaim_mirrors_own_heap():
     )
 
 
+def test_a_mirror_requeued_when_reclaim_mirrors_compacts_its_heap_stays_in_it():
+    # The rule's heap is rebuilt from the candidate dict when stale entries dominate; the node whose
+    # key triggers the rebuild is stored in that dict only after its key is returned, so its new entry
+    # must be pushed after the rebuild (it was lost before, and the mirror became unreclaimable).
+    c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction="reclaim_mirrors")
+    put(c, [1, 2, 3])
+    settle(c)
+    m = node_at(c, [1, 2, 3])
+    stale = [((2, 10**9), 10**6 + i, m) for i in range(2 * len(c._host_cands) + 1025)]
+    c.host_rule._mirrors.extend(stale)  # entries under a key m does not have: stale
+    c.match_prefix([1, 2, 3])  # touches m: a new key, pushed as the heap is compacted
+    assert len(c.host_rule._mirrors) < len(stale)
+    check(c)
+
+
 def test_a_mirror_key_under_reclaim_mirrors_is_recomputed_by_the_checker():
     c = new_cache(page_size=1, device_pages=16, host_pages=16, host_eviction="reclaim_mirrors")
     put(c, [1, 2, 3])

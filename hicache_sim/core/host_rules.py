@@ -186,9 +186,11 @@ class ReclaimMirrors(HostEvictionRule):
     def key(self, cache: HiCache, node: Node) -> Any:
         k = self.pure_key(cache, node)
         if k[0] == 2:
-            heapq.heappush(self._mirrors, (k, node.id, node))
+            # Compact before the push: the cache stores this key for the node only after ``key``
+            # returns, so a heap rebuilt from the candidate dict now would drop the new entry.
             if len(self._mirrors) > 2 * len(cache._host_cands) + 1024:
                 self._compact(cache)
+            heapq.heappush(self._mirrors, (k, node.id, node))
         return k
 
     def pop_candidate(self, cache: HiCache) -> Node | None:
