@@ -72,33 +72,46 @@ def run_instant(
 
     # Bound once: the loop body runs once per request.
     inflight = cache.inflight
-    begin, finish = cache.begin_request, cache.finish_request
+    begin, finish, alloc = cache.begin_request, cache.finish_request, cache.alloc_device
     rids, prompt_pages = res.rids.append, res.prompt_pages.append
     device_hit, host_hit, storage_hit = res.device_hit.append, res.host_hit.append, res.storage_hit.append
     for i, req in enumerate(requests):
         if inflight:
             cache.drain()
-        collect(i)
+        if cache._outbox:
+            collect(i)
         if cache.buffer_only:
             cache.flush_pending_writes()
             cache.drain()
         keys = list(req.page_keys)
+        n = len(keys)
         limit = req.match_limit(page_size, reserve_last_token)
         if storage:
             _prefetch(cache, req, keys, limit)
         st = begin(req.rid, keys, limit, req.priority)
-        cache.load_host_hit(st)
-        if _prefill(cache, st, len(keys), chunk_pages):
+        if st.match_last_node.value is None:
+            cache.load_host_hit(st)
+        if chunk_pages is None:
+            # _prefill of one chunk written out: allocate the pages after the cached prefix.
+            more = n - len(st.pages)
+            pages = alloc(more) if more > 0 else ()
+            ok = pages is not None
+            if ok:
+                st.pages.extend(pages)
+        else:
+            ok = _prefill(cache, st, n, chunk_pages)
+        if ok:
             finish(st)
         else:
             cache.abort_request(st)
             res.rejected.append(req.rid)
         rids(req.rid)
-        prompt_pages(len(keys))
+        prompt_pages(n)
         device_hit(st.device_hit)
         host_hit(st.host_hit)
         storage_hit(st.storage_hit)
-        collect(i)
+        if cache._outbox:
+            collect(i)
         if check_invariants:
             check(cache)
         if on_request is not None:

@@ -13,6 +13,7 @@ from conftest import TINY_SCENARIO, assert_user_error, invoke
 from test_bad_input import snapshot, write_scenario
 
 import hicache_sim.workloads.kinds.trace as trace_kind
+import hicache_sim.workloads.traces as traces
 from hicache_sim.runner import simulate
 from hicache_sim.scenario import build_scenario
 from hicache_sim.workloads.errors import WorkloadError
@@ -72,7 +73,16 @@ def spoil_line_900(path: str, *, keep_time: bool = False) -> None:
         os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_a_file_changed_after_its_check_is_an_error(tmp_path):
+@pytest.fixture(params=["held", "lazy"])
+def held_or_lazy(request, monkeypatch):
+    """Both ways a request is served: kept from the checking pass (a short trace) or read again from
+    the file (a trace past ``HELD_PAGE_KEYS``, forced here by a limit of 0 keys)."""
+    if request.param == "lazy":
+        monkeypatch.setattr(traces, "HELD_PAGE_KEYS", 0)
+    return request.param
+
+
+def test_a_file_changed_after_its_check_is_an_error(tmp_path, held_or_lazy):
     path = trace_file(tmp_path)
     reqs = open_mooncake(path, 512)
     spoil_line_900(path)
@@ -81,7 +91,7 @@ def test_a_file_changed_after_its_check_is_an_error(tmp_path):
             reqs[0]
 
 
-def test_a_line_changed_under_its_time_stamp_is_an_error_naming_it(tmp_path):
+def test_a_line_changed_under_its_time_stamp_is_an_error_naming_it(tmp_path, held_or_lazy):
     path = trace_file(tmp_path)
     reqs = open_mooncake(path, 512)
     spoil_line_900(path, keep_time=True)
@@ -90,7 +100,7 @@ def test_a_line_changed_under_its_time_stamp_is_an_error_naming_it(tmp_path):
         reqs[899]
 
 
-def test_a_line_still_json_but_wrong_is_checked_again(tmp_path):
+def test_a_line_still_json_but_wrong_is_checked_again(tmp_path, held_or_lazy):
     path = Path(trace_file(tmp_path))
     reqs = open_mooncake(path, 512)
     st = path.stat()
@@ -100,6 +110,52 @@ def test_a_line_still_json_but_wrong_is_checked_again(tmp_path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(WorkloadError, match=r"trace.jsonl:900: field 'input_length' must be an integer >= 1"):
         reqs[899]
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """Line numbers of every JSON line the loader parses, in order."""
+    seen: list[int] = []
+    real = traces._object
+
+    def counting(path, lineno, text):
+        seen.append(lineno)
+        return real(path, lineno, text)
+
+    monkeypatch.setattr(traces, "_object", counting)
+    return seen
+
+
+def test_a_short_trace_parses_each_line_once(tmp_path, parses):
+    path = trace_file(tmp_path, n=1000)
+    reqs = open_mooncake(path, 512)
+    built = list(reqs) + list(reqs)  # read twice: still from the checking pass
+    assert parses == list(range(1, 1001))
+    assert [r.rid for r in built[:1000]] == [f"r{i}" for i in range(1, 1001)]
+    assert built[:1000] == built[1000:]
+
+
+def test_a_long_trace_drops_the_requests_past_the_key_limit(tmp_path, parses, monkeypatch):
+    # 1,000 requests of 2 page keys each; a limit of 1,000 keys is crossed at request 501.
+    path = trace_file(tmp_path, n=1000)
+    short = list(open_mooncake(path, 512))
+    parses.clear()
+    monkeypatch.setattr(traces, "HELD_PAGE_KEYS", 1000)
+    reqs = open_mooncake(path, 512)
+    assert reqs.make.held is None  # nothing kept: memory is 24 bytes a request, as without the limit
+    assert list(reqs) == short
+    assert parses == [*range(1, 1001), *range(1, 1001)]  # checked, then read again when built
+
+
+@pytest.mark.parametrize("page_size", [512, 64])
+def test_held_requests_equal_the_lazy_ones(page_size, monkeypatch):
+    path = vendored_trace("mooncake/conversation_trace.jsonl")
+    held = open_mooncake(path, page_size, limit=2000, time_scale=0.37)
+    assert held.make.held is not None
+    monkeypatch.setattr(traces, "HELD_PAGE_KEYS", 0)
+    lazy = open_mooncake(path, page_size, limit=2000, time_scale=0.37)
+    assert lazy.make.held is None
+    assert list(held) == list(lazy) and list(held.arrivals) == list(lazy.arrivals)
 
 
 def test_bailian_ids_checked_distinct_in_the_first_pass(tmp_path):
@@ -137,7 +193,7 @@ def test_runners_read_each_request_once_in_order(counted, mode):
 
 @pytest.mark.parametrize("mode", ["instant", "timed"])
 @pytest.mark.parametrize("when", ["first pass", "under the run"])
-def test_a_late_bad_line_leaves_nothing(tmp_path, monkeypatch, mode, when):
+def test_a_late_bad_line_leaves_nothing(tmp_path, monkeypatch, mode, when, held_or_lazy):
     path = trace_file(tmp_path, bad=900 if when == "first pass" else None)
     if when == "under the run":  # the line goes bad after the first pass checked it
         real = trace_kind.BLOCK_LOADERS["mooncake"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import tracemalloc
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 
@@ -12,7 +14,9 @@ import numpy as np
 import pytest
 from conftest import assert_user_error, invoke
 
-from hicache_sim.traffic.stats import lru_curve, rate_over_time, reuse_distances, trace_stats
+import hicache_sim.traffic.stats as stats
+from hicache_sim.traffic.stats import ReuseDistances, lru_curve, rate_over_time, reuse_distances, trace_stats
+from hicache_sim.workloads.lazy import LazyRequests
 from hicache_sim.workloads.records import Request
 from hicache_sim.workloads.traces import load_mooncake, vendored_trace
 
@@ -186,3 +190,79 @@ def test_stats_refuses_a_user_folder(tmp_path):
     r = invoke("trace", "stats", "builtin:mooncake/conversation_trace.jsonl", "--out", tmp_path / "mine")
     assert_user_error(r, "--out", "mine", "did not write")
     assert (tmp_path / "mine" / "notes.md").read_text() == "keep"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reuse_distances_fed_in_pieces_through_renumbering_match_brute_force(seed):
+    """Few positions: the marks are renumbered many times on the way (the state stays O(distinct))."""
+    rng = random.Random(seed)
+    ids = [rng.randrange(30) for _ in range(600)]
+    rd = ReuseDistances(min_positions=8)
+    got, i = [], 0
+    while i < len(ids):
+        k = rng.randrange(1, 40)
+        got += rd.feed(ids[i : i + k])
+        i += k
+    assert got == brute_distances(ids)
+    assert len(rd.tree) - 1 <= 3 * 30 + 8  # never sized by the references
+
+
+def numpy_dist(values: np.ndarray) -> dict:
+    """The summary of one distribution straight from every value (what trace stats printed when it held them)."""
+    return {
+        "mean": round(float(values.mean()), 1),
+        **{f"p{round(q * 100)}": int(np.quantile(values, q, method="lower")) for q in (0.5, 0.9, 0.99)},
+        "max": int(values.max()),
+    }
+
+
+def test_streamed_summaries_equal_numpy_on_every_value():
+    reqs = load_mooncake(vendored_trace("mooncake/conversation_trace.jsonl"), 512, limit=3000)
+    s, arrays = trace_stats(reqs, 512)
+    ids = np.asarray([h for r in reqs for h in r.page_keys])
+    dist = reuse_distances(ids)
+    assert s["prompt_tokens"] == {
+        "total": sum(r.input_tokens for r in reqs),
+        **numpy_dist(np.asarray([r.input_tokens for r in reqs])),
+    }
+    assert s["output_tokens"] == {
+        "total": sum(r.output_tokens for r in reqs),
+        **numpy_dist(np.asarray([r.output_tokens for r in reqs])),
+    }
+    assert s["reuse_distance_blocks"] == numpy_dist(dist[dist >= 0])
+    assert s["blocks"] == {"references": len(ids), "distinct": len(np.unique(ids))}
+    tokens = np.asarray(
+        [r.page_tokens(512, i + 1) - r.page_tokens(512, i) for r in reqs for i in range(len(r.page_keys))]
+    )
+    caps, rates = lru_curve(dist, tokens, int(tokens.sum()))
+    assert (
+        arrays["lru_caps_tokens"].tolist() == (caps * 512).tolist() and arrays["lru_rates"].tolist() == rates.tolist()
+    )
+
+
+def synthetic_requests(n: int) -> LazyRequests:
+    """``n`` requests of 4 blocks each drawn from 1,000 ids (above the small-int cache), built when read."""
+
+    def make(i: int) -> Request:
+        keys = tuple(1000 + (i * 7 + j * 13) % 1000 for j in range(4))
+        return Request(f"r{i}", float(i), 4 * 16 - i % 7, 1 + i % 5, keys)
+
+    return LazyRequests(n, make, array("d", map(float, range(n))))
+
+
+def test_trace_stats_memory_does_not_grow_with_the_references(monkeypatch):
+    """Requests read once, in order, and per-reference figures folded into counts every 1,000
+    references here: 3,000 requests more (12,000 references) cost what the arrival times do (the rate
+    bins: a few arrays of 8 bytes a request), not what holding the references does (an id, tokens, a
+    distance and a tree slot each, about 280 bytes a request here)."""
+    monkeypatch.setattr(stats, "FOLD_REFS", 1000)
+    trace_stats(synthetic_requests(200), 16)  # one-time allocations (numpy's lazy imports) out of the way
+    peaks = []
+    for n in (1_000, 4_000):
+        reqs = synthetic_requests(n)
+        tracemalloc.start()
+        s, _ = trace_stats(reqs, 16)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert s["requests"] == n and s["blocks"]["references"] == 4 * n
+    assert peaks[1] - peaks[0] < 3_000 * 64

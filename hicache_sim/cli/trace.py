@@ -106,7 +106,7 @@ def stats(
     from ..output.write import check_target, staged_folder
     from ..traffic.figure import stats_figure
     from ..traffic.stats import stats_text, trace_stats
-    from ..workloads.traces import load_bailian, load_mooncake, trace_path
+    from ..workloads.traces import open_bailian, open_mooncake, trace_path
 
     with user_errors(trace):
         if fmt not in TRACE_BLOCK_SIZES:
@@ -117,8 +117,8 @@ def stats(
         path = trace_path(trace)
         folder = out if out is not None else Path(f"{path.stem}-stats")
         target = check_target(folder, "trace-stats")
-        load = load_mooncake if fmt == "mooncake" else load_bailian
-        requests = load(path, bs, block_size=bs)
+        load = open_mooncake if fmt == "mooncake" else open_bailian
+        requests = load(path, bs, block_size=bs)  # read once, in order: never held whole
         if not requests:
             raise UserError(f"{path}: trace has no requests")
         summary, arrays = trace_stats(requests, bs)

@@ -6,6 +6,8 @@ from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node
 
+_D2H = TransferKind.D2H
+
 
 class BackupMixin(CacheState):
     """write_backup / host allocation with eviction fallback / D2H ack / storage backup."""
@@ -29,16 +31,28 @@ class BackupMixin(CacheState):
             return 0
         if self.buffer_only:
             return self.buffer_backup_intent(node)
-        if not write_back and enforce_parent and self.host_rule.prefix_closed_host:
-            parent = node.parent
-            if parent is not self.root and parent.host_value is None and not self.sem.parent_backup.admit(self, node):
-                return 0
+        parent = node.parent
+        root = self.root
+        if (
+            not write_back
+            and enforce_parent
+            and self.host_rule.prefix_closed_host
+            and parent is not root
+            and parent.host_value is None
+            and not self.sem.parent_backup.admit(self, node)
+        ):
+            return 0
         n = len(node.value)
         # A prefix-closed host set needs the parent's copy to outlive the host eviction this
         # allocation may run: under reclaim_mirrors the parent (a D+H host leaf until its child is
         # backed up) would otherwise be the very mirror reclaimed to make room for its child.
-        parent = node.parent
-        pin = not write_back and parent is not self.root and parent.host_value is not None and self.host_prefix_closed
+        pin = (
+            not write_back
+            and parent is not root
+            and parent.host_value is not None
+            and self.host_prefix_closed
+            and not (self._pins_inert and parent.value is not None)
+        )
         if pin:
             self.protect_host(parent)
         try:
@@ -51,7 +65,7 @@ class BackupMixin(CacheState):
             return 0
         self._set_host_value(node, host_pages)
         t = self._new_transfer(
-            TransferKind.D2H,
+            _D2H,
             "write_back" if write_back else "write_through",
             n,
             device_pages=list(node.value),
@@ -65,8 +79,9 @@ class BackupMixin(CacheState):
             node.pending_write = t.id
             self.inc_lock_ref(node)
             self.ongoing_write[t.id] = (node, n)
-        self.counters.backups += 1
-        self.counters.backup_pages += n
+        c = self.counters
+        c.backups += 1
+        c.backup_pages += n
         return n
 
     def _backup_ancestors(self, node: Node) -> bool:
@@ -107,11 +122,13 @@ class BackupMixin(CacheState):
         chain = []
         covered = 0
         x = node
-        while covered < n and x is not self.root and x.pending_write == tid:
+        root = self.root
+        while covered < n and x is not root and x.pending_write == tid:
             x.pending_write = None
             chain.append(x)
             covered += len(x.key)
-            self._refresh_host(x)
+            if not x.lock_ref:  # still locked by the write (the caller unlocks next): nothing to re-queue
+                self._refresh_host(x)
             x = x.parent
         chain.reverse()
         return chain

@@ -37,12 +37,24 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
 
     def __init__(self, config: CacheConfig) -> None:
         super().__init__(config)
+        # reason -> bound method applying its acknowledgement (bound once: ``drain`` runs per request).
+        self._ack_by_reason = {reason: getattr(self, name) for reason, name in _ACK_BY_REASON.items()}
 
     # ------------------------------------------------------------------------------------ match
 
     def match_prefix(self, keys: list[int]) -> MatchResult:
         """Longest cached prefix of ``keys`` (page keys) across device and host (mutates access times;
         splits a node when the match ends inside it)."""
+        return MatchResult(*self._match(keys, False))
+
+    def _match(self, keys: list[int], locking: bool) -> tuple[list[int], int, Node, Node, Node]:
+        """``match_prefix`` as a tuple (device pages, host hit pages, last node, last
+        device node, last host node).
+
+        ``locking``: the caller locks the last device node next (``begin_request``), which takes that
+        node and its ancestors out of both candidate sets whatever their keys: their re-queueing after
+        the touch is skipped (it would only leave stale heap entries), the H-only tail is re-queued.
+        """
         node = self.root
         path: list[Node] = []
         dev: list[int] = []
@@ -51,38 +63,44 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             child = node.children.get(keys[pos])
             if child is None:
                 break
-            plen = match_len(child.key, keys, pos)
-            partial = plen < len(child.key)
+            ckey = child.key
+            m = len(ckey)
+            partial = keys[pos : pos + m] != ckey  # ``match_len``'s whole-node test written out
             if partial:
-                child = self._split(child, plen)
+                m = match_len(ckey, keys, pos)
+                child = self._split(child, m)
             if child.value is not None:
                 dev.extend(child.value)
             path.append(child)
             node = child
-            pos += plen
+            pos += m
             if partial:
                 break
-        # Stamp the matched path, ancestors first, so a deeper node is never older than its parent
-        # (``_touch`` written out).
-        clock = self._clock + 1
-        self.root.last_access = clock
-        refresh = self._refresh
-        for x in path:
-            clock += 1
-            x.last_access = clock
-            refresh(x)
-        self._clock = clock
         last = node
         host_hit = 0
+        tail = 0  # nodes of the path below the last device node
         x = last
         while x.value is None:
             host_hit += len(x.host_value) if x.host_value is not None else 0
             x = x.parent
+            tail += 1
         last_device = x
+        # Stamp the matched path, ancestors first, so a deeper node is never older than its parent
+        # (``_touch`` written out; a node's re-queueing reads only its own fields, so it may follow).
+        clock = self._clock + 1
+        self.root.last_access = clock
+        for x in path:
+            clock += 1
+            x.last_access = clock
+        self._clock = clock
+        if tail or not locking:
+            refresh = self._refresh
+            for x in path[len(path) - tail :] if locking else path:
+                refresh(x)
         x = last
         while x.host_value is None:
             x = x.parent
-        return MatchResult(dev, host_hit, last, last_device, x)
+        return dev, host_hit, last, last_device, x
 
     # ----------------------------------------------------------------------------------- insert
 
@@ -102,25 +120,34 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             raise CacheStateError(f"insert of {len(keys)} keys with only {len(pages)} device pages")
         pos, n = 0, len(keys)
         # A node counts its insert-hit when it ends past ``counted_from`` (n: none does).
-        counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked)
+        threshold = self.write_policy.threshold
+        counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked) if threshold is not None else n
+        keyed = self._hit_count_keyed
+        refresh = self._refresh
         node = self.root
         self._clock += 1  # _touch_root
         node.last_access = self._clock
         prefix = 0
+        # A locked node is in neither candidate set whatever its key (``inc_lock_ref``), so
+        # re-queueing it is skipped: most of a finished request's path is still locked by it.
         while pos < n:
             child = node.children.get(keys[pos])
             if child is None:
                 break
             if priority > child.priority:
                 child.priority = priority
-                self._refresh(child)
-            plen = match_len(child.key, keys, pos)
-            if plen < len(child.key):
+                if not child.lock_ref:
+                    refresh(child)
+            ckey = child.key
+            plen = len(ckey)
+            if keys[pos : pos + plen] != ckey:  # ``match_len``'s whole-node test written out
+                plen = match_len(ckey, keys, pos)
                 child = self._split(child, plen)
             # Touch after the split: the lower half was not referenced and keeps its age (_touch).
             self._clock += 1
             child.last_access = self._clock
-            self._refresh(child)
+            if not child.lock_ref:
+                refresh(child)
             if child.value is None:
                 self._set_value(child, pages[pos : pos + plen])
                 self._track_duplicate(child)
@@ -130,28 +157,36 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             node = child
             pos += plen
             if pos > counted_from:
-                self._inc_hit_count(child)
+                # The insert-hit (upstream's _inc_hit_count): back the node up at the write policy's
+                # threshold; the node is on device now.
+                child.hit_count += 1
+                if keyed:
+                    refresh(child)
+                if child.host_value is None and child.hit_count >= threshold:
+                    self.write_backup(child)
         if pos < n:
-            leaf = self._new_node(keys[pos:], priority)
+            self._clock += 1
+            leaf = Node(self._next_node_id, keys[pos:], self._clock, priority)  # _new_node written out
+            self._next_node_id += 1
             leaf.value = pages[pos:n]
             if self.storage is not None:
                 leaf.hashes = self._page_hashes(node, leaf.key)
             self.evictable_pages += n - pos
-            self._add_child(node, leaf)
+            # _add_child of a D-only leaf written out.
+            leaf.parent = node
+            node.children[leaf.key[0]] = leaf
+            node.n_dev_children += 1
+            refresh(leaf)
+            if not node.lock_ref:
+                refresh(node)
             if n > counted_from:
-                self._inc_hit_count(leaf)
+                # The new leaf's insert-hit (on device, no host copy, no hit before this one).
+                leaf.hit_count = 1
+                if keyed:
+                    refresh(leaf)
+                if threshold <= 1:
+                    self.write_backup(leaf)
         return prefix
-
-    def _inc_hit_count(self, node: Node) -> None:
-        """Count an insert-hit; back the node up once it reaches the write policy's threshold."""
-        threshold = self.write_policy.threshold
-        if threshold is None or node.value is None:
-            return
-        node.hit_count += 1
-        if self._hit_count_keyed:
-            self._refresh(node)
-        if node.host_value is None and node.hit_count >= threshold:
-            self.write_backup(node)
 
     # --------------------------------------------------------------------------------- complete
 
@@ -162,7 +197,7 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         t = self.inflight.pop(transfer.id, None)
         if t is None:
             raise CacheStateError(f"transfer {transfer.id} ({transfer.kind.value}) completed twice or unknown")
-        getattr(self, _ACK_BY_REASON[t.reason])(t)
+        self._ack_by_reason[t.reason](t)
 
     def drain(self, now: float | None = None) -> int:
         """Complete every transfer in flight, oldest first, including any they spawn (instant mode).
@@ -171,10 +206,14 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         """
         done = 0
         inflight = self.inflight
+        acks = self._ack_by_reason
+        if now is not None and inflight:
+            self.now = now
         while inflight:
             for t in list(inflight.values()):
-                if t.id in inflight:
-                    self.complete(t, now)
+                # ``complete`` written out: a transfer still in flight is acknowledged.
+                if inflight.pop(t.id, None) is not None:
+                    acks[t.reason](t)
                     done += 1
         return done
 

@@ -27,9 +27,9 @@ class EvictionMixin(CacheState):
         evicted = 0
         staged: list[tuple[Node, list[int]]] = []
         refused: list[Node] = []
-        page_level = self.config.eviction_granularity == "page"
+        page_level = self._page_level
         while evicted < num_pages:
-            x = self._pop_device_candidate()
+            x = self._pop(self._dev_heap, self._dev_cands)
             if x is None:
                 break
             if page_level and len(x.key) > num_pages - evicted:
@@ -62,9 +62,12 @@ class EvictionMixin(CacheState):
         n = len(x.key)
         if x.host_value is not None:
             # Backed up: drop the device copy, keep the node as H-only (after the rule's parent check).
-            self.protect_host(x)
-            ok = self.host_rule.ensure_parent_host(self, x)
-            self.release_host(x)
+            if self._pins_inert:
+                ok = self.host_rule.ensure_parent_host(self, x)
+            else:
+                self.protect_host(x)
+                ok = self.host_rule.ensure_parent_host(self, x)
+                self.release_host(x)
             if not ok:
                 return self._drop_subtree(x, staged)
             self.device.free(self._clear_value(x))
@@ -147,7 +150,7 @@ class EvictionMixin(CacheState):
         """
         self.counters.host_evict_calls += 1
         freed = self._reclaim_duplicates(num_pages) if self._track_dups else 0
-        page_level = self.config.eviction_granularity == "page"
+        page_level = self._page_level
         while freed < num_pages:
             x = self.host_rule.pop_candidate(self)
             if x is None:

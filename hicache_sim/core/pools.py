@@ -46,20 +46,32 @@ class PagePool:
     def alloc(self, n: int) -> list[int] | None:
         """Take ``n`` pages (mutates). Returns None, changing nothing, when fewer are free."""
         fresh = self._fresh
+        head = self._head
+        free = self._free
+        if fresh == self.size and self._in_use is None:
+            # Every slot handed out once (a full pool's steady state): only recycled slots remain.
+            if n > len(free) - head:
+                return None
+            out = free[head : head + n]
+            head += n
+            if head > 4096 and head * 2 > len(free):
+                del free[:head]
+                head = 0
+            self._head = head
+            return out
         from_fresh = self.size - fresh
         if from_fresh > n:
             from_fresh = n
         rest = n - from_fresh
-        if rest > len(self._free) - self._head:
+        if rest > len(free) - head:
             return None
         out = list(range(fresh, fresh + from_fresh)) if from_fresh else []
         self._fresh = fresh + from_fresh
         if rest:
-            head = self._head
-            out += self._free[head : head + rest]
+            out += free[head : head + rest]
             self._head = head + rest
-            if self._head > 4096 and self._head * 2 > len(self._free):
-                del self._free[: self._head]
+            if self._head > 4096 and self._head * 2 > len(free):
+                del free[: self._head]
                 self._head = 0
         if self._in_use is not None:
             if from_fresh:

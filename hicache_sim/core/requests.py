@@ -49,22 +49,18 @@ class RequestMixin(CacheState):
         storage prefetch for this request brought in are counted as storage hits (SGLang reports
         them as L3-loaded tokens).
         """
-        m = self.match_prefix(keys[:match_pages])
-        self.inc_lock_ref(m.last_device_node)
+        dev, host_hit, last, last_device, _ = self._match(keys[:match_pages], True)
+        self.inc_lock_ref(last_device)
         # The match's page list is new and this call's alone: the request takes it over.
-        st = RequestState(
-            rid, keys, m.device_pages, len(m.device_pages), m.last_device_node, m.last_node, priority=priority
-        )
-        st.device_hit = len(m.device_pages)
-        from_storage = min(self.prefetched_pages.pop(rid, 0), m.host_hit_pages)
-        st.host_hit = m.host_hit_pages - from_storage
-        st.storage_hit = from_storage
+        d = len(dev)
+        from_storage = min(self.prefetched_pages.pop(rid, 0), host_hit) if self.prefetched_pages else 0
+        st = RequestState(rid, keys, dev, d, last_device, last, d, host_hit - from_storage, from_storage, 0, priority)
         c = self.counters
         c.requests += 1
         c.prompt_pages += len(keys)
-        c.device_hit_pages += st.device_hit
+        c.device_hit_pages += d
         c.host_hit_pages += st.host_hit
-        c.storage_hit_pages += st.storage_hit
+        c.storage_hit_pages += from_storage
         if self.buffer_only:
             staged = self.consume_staged_prefetch(st)
             st.storage_hit += staged
@@ -126,13 +122,19 @@ class RequestMixin(CacheState):
     def finish_request(self, st: RequestState, upto: int | None = None) -> None:
         """SGLang's ``cache_finished_req``: insert ``keys[:upto]`` (default all), free duplicates and the
         request's pages beyond ``upto``, unlock (mutates)."""
-        n = len(st.keys) if upto is None else upto
-        self._check_pages(st, n)
-        prefix = self._insert_request(st, n, False)
+        keys = st.keys
+        n = len(keys) if upto is None else upto
+        pages = st.pages
+        if n > len(pages) or n > len(keys):
+            self._check_pages(st, n)
+        # _insert_request written out.
+        prefix = self.insert(keys if n == len(keys) else keys[:n], pages, priority=st.priority, inserted=st.inserted)
+        if n > st.inserted:
+            st.inserted = n
         if prefix > st.cached:
-            self.device.free(st.pages[st.cached : prefix])
-        if len(st.pages) > n:
-            self.device.free(st.pages[n:])
+            self.device.free(pages[st.cached : prefix])
+        if len(pages) > n:
+            self.device.free(pages[n:])
         self.dec_lock_ref(st.last_node)
         st.done = True
 

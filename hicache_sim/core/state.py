@@ -80,6 +80,10 @@ class CacheState:
         # demoted node keeps its place) until a reclaim walk passes them, as upstream.
         self.unified_write_back = self.write_policy.backup_at_eviction and self.sem.write_back_eviction.unified
         self._track_dups = self.unified_write_back and self.host_rule.reclaims_duplicates
+        # Does a host pin on a node with a device copy change nothing? Under an H-only rule such a
+        # node is never a host candidate (the pin would guard its candidacy), and without the
+        # duplicate reclaim no host eviction reads its pin: the hot paths then skip the pin.
+        self._pins_inert = self._host_h_only and not self._track_dups
         self.host_duplicates: dict[Node, None] = {}
         self._outbox: list[Transfer] = []
         self.inflight: dict[int, Transfer] = {}
@@ -96,7 +100,8 @@ class CacheState:
         return self._pushes
 
     def _new_node(self, key: list[int], priority: int = 0) -> Node:
-        node = Node(self._next_node_id, key, self._tick(), priority)
+        self._clock += 1
+        node = Node(self._next_node_id, key, self._clock, priority)
         self._next_node_id += 1
         return node
 
@@ -134,20 +139,22 @@ class CacheState:
         ``is_device_candidate`` written out, the key functions are bound once in ``__init__``. The
         root needs no test: it stays locked (``lock_ref`` 1), so it is never a candidate.
         """
-        cands = self._dev_cands
-        if node.value is not None and node.lock_ref == 0 and node.n_dev_children == 0:
-            k = self._dev_key(node)
-            if cands.get(node) != k:
-                cands[node] = k
-                self._pushes += 1
-                heappush(self._dev_heap, (k, node.id, self._pushes, node))
-        elif node in cands:
-            del cands[node]
-        if node.value is not None and self._host_h_only:
-            # _refresh_host's answer for a node on device under an H-only rule, without the call.
-            if node in self._host_cands:
-                del self._host_cands[node]
-            return
+        if node.value is not None:
+            if node.lock_ref == 0 and node.n_dev_children == 0:
+                k = self._dev_key(node)
+                cands = self._dev_cands
+                if cands.get(node) != k:
+                    cands[node] = k
+                    self._pushes += 1
+                    heappush(self._dev_heap, (k, node.id, self._pushes, node))
+            else:
+                self._dev_cands.pop(node, None)
+            if self._host_h_only:
+                # _refresh_host's answer for a node on device under an H-only rule, without the call.
+                self._host_cands.pop(node, None)
+                return
+        else:
+            self._dev_cands.pop(node, None)
         self._refresh_host(node)
 
     def _refresh_host(self, node: Node) -> None:
@@ -168,11 +175,6 @@ class CacheState:
         elif node in cands:
             del cands[node]
 
-    def _drop_candidacy(self, node: Node) -> None:
-        """``_refresh`` of a node just locked: no rule keeps a locked node a candidate on either side."""
-        self._dev_cands.pop(node, None)
-        self._host_cands.pop(node, None)
-
     def _touch_root(self) -> None:
         """``_touch(root)``: the root is stamped but never a candidate."""
         self._clock += 1
@@ -192,10 +194,6 @@ class CacheState:
             if cands.get(node) == k:
                 return node
         return None
-
-    def _pop_device_candidate(self) -> Node | None:
-        """Remove and return the device candidate with the smallest key, or None (mutates heap only)."""
-        return self._pop(self._dev_heap, self._dev_cands)
 
     def _pop_host_candidate(self) -> Node | None:
         """Remove and return the host candidate with the smallest key, or None (mutates heap only)."""
@@ -244,7 +242,8 @@ class CacheState:
             # New children are D-only (insert) or H-only (prefetch), never mirrors.
             self.tree_host_pages += len(child.key)
         self._refresh(child)
-        self._refresh(parent)
+        if not parent.lock_ref:  # a locked node is in neither candidate set: nothing to re-queue
+            self._refresh(parent)
 
     def _set_value(self, node: Node, pages: list[int]) -> None:
         """Give an evicted node device pages (re-attach or load-back); counts them as evictable."""
@@ -252,9 +251,11 @@ class CacheState:
         self.evictable_pages += len(pages)
         if node.host_value is not None:
             self.mirror_pages += len(pages)
-        node.parent.n_dev_children += 1
+        parent = node.parent
+        parent.n_dev_children += 1
         self._refresh(node)
-        self._refresh(node.parent)
+        if not parent.lock_ref:
+            self._refresh(parent)
 
     def _clear_value(self, node: Node) -> list[int]:
         """Detach a node's device pages without freeing them; returns them."""
@@ -263,9 +264,11 @@ class CacheState:
         self.evictable_pages -= len(pages)
         if node.host_value is not None:
             self.mirror_pages -= len(pages)
-        node.parent.n_dev_children -= 1
+        parent = node.parent
+        parent.n_dev_children -= 1
         self._refresh(node)
-        self._refresh(node.parent)
+        if not parent.lock_ref:
+            self._refresh(parent)
         return pages
 
     def _set_host_value(self, node: Node, pages: list[int]) -> None:
@@ -273,11 +276,12 @@ class CacheState:
         self.tree_host_pages += len(pages)
         if node.value is not None:
             self.mirror_pages += len(pages)
-        node.parent.n_host_children += 1
+        parent = node.parent
+        parent.n_host_children += 1
         if node.value is None or not self._host_h_only:
             self._refresh_host(node)
-        if node.parent.value is None or not self._host_h_only:
-            self._refresh_host(node.parent)
+        if not parent.lock_ref and (parent.value is None or not self._host_h_only):
+            self._refresh_host(parent)
 
     def _clear_host_value(self, node: Node) -> None:
         """Free a node's host pages (mutates)."""
@@ -287,11 +291,12 @@ class CacheState:
         if node.value is not None:
             self.mirror_pages -= n
         node.host_value = None
-        node.parent.n_host_children -= 1
+        parent = node.parent
+        parent.n_host_children -= 1
         if node.value is None or not self._host_h_only:
             self._refresh_host(node)
-        if node.parent.value is None or not self._host_h_only:
-            self._refresh_host(node.parent)
+        if not parent.lock_ref and (parent.value is None or not self._host_h_only):
+            self._refresh_host(parent)
 
     def _delete_leaf(self, node: Node) -> None:
         """Remove a childless node, freeing whatever device and host pages it holds."""
@@ -299,23 +304,25 @@ class CacheState:
             raise CacheStateError(f"delete of node {node.id} which still has {len(node.children)} children")
         parent = node.parent
         del parent.children[node.key[0]]
-        if node.value is not None and node.host_value is not None:
-            self.mirror_pages -= len(node.key)
-        if node.value is not None:
-            self.device.free(node.value)
-            self.evictable_pages -= len(node.value)
+        value, host_value = node.value, node.host_value
+        if value is not None:
+            if host_value is not None:
+                self.mirror_pages -= len(node.key)
+            self.device.free(value)
+            self.evictable_pages -= len(value)
             parent.n_dev_children -= 1
             node.value = None
-        if node.host_value is not None:
-            self.host.free(node.host_value)
-            self.tree_host_pages -= len(node.host_value)
+        if host_value is not None:
+            self.host.free(host_value)
+            self.tree_host_pages -= len(host_value)
             parent.n_host_children -= 1
             node.host_value = None
         self._dev_cands.pop(node, None)
         self._host_cands.pop(node, None)
         self.host_duplicates.pop(node, None)
         node.parent = None
-        self._refresh(parent)
+        if not parent.lock_ref:
+            self._refresh(parent)
 
     def _split(self, child: Node, n: int) -> Node:
         """Split ``child`` after its first ``n`` pages; returns the new upper node (lossless).
@@ -374,32 +381,38 @@ class CacheState:
         root = self.root
         while node is not root:
             if node.lock_ref == 0:
-                n = len(node.value)
-                self.evictable_pages -= n
-                self.protected_pages += n
-                newly += n
+                newly += len(node.value)
                 node.lock_ref = 1
-                self._drop_candidacy(node)
+                # No rule keeps a locked node a candidate, on either side.
+                self._dev_cands.pop(node, None)
+                self._host_cands.pop(node, None)
             else:
                 node.lock_ref += 1
             node = node.parent
+        if newly:
+            self.evictable_pages -= newly
+            self.protected_pages += newly
         return newly
 
     def dec_lock_ref(self, node: Node) -> int:
         """Unpin ``node`` and its ancestors (mutates). Returns pages made evictable again."""
         freed = 0
         root = self.root
+        refresh = self._refresh
         while node is not root:
-            if node.lock_ref <= 0:
+            lock = node.lock_ref - 1
+            if lock < 0:
+                self.evictable_pages += freed
+                self.protected_pages -= freed
                 raise CacheStateError(f"dec_lock_ref on node {node.id} with lock_ref {node.lock_ref}")
-            node.lock_ref -= 1
-            if node.lock_ref == 0:
-                n = len(node.value)
-                self.evictable_pages += n
-                self.protected_pages -= n
-                freed += n
-                self._refresh(node)
+            node.lock_ref = lock
+            if lock == 0:
+                freed += len(node.value)
+                refresh(node)
             node = node.parent
+        if freed:
+            self.evictable_pages += freed
+            self.protected_pages -= freed
         return freed
 
     def protect_host(self, node: Node) -> None:

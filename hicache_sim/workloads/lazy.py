@@ -1,7 +1,8 @@
 """Requests made when asked for: a trace of a million requests is never held whole (its page keys alone
 would take ~7 GB). A :class:`LazyRequests` keeps only what is small per request (arrival times, and for
 a trace file each line's byte offset and number) and builds request ``i`` on demand; runners read
-requests one at a time in order, so memory holds the requests in flight, not the trace."""
+requests one at a time in order, so memory holds the requests in flight, not the trace. (A short trace,
+at most ``traces.HELD_PAGE_KEYS`` page keys, keeps the requests its checking pass built instead.)"""
 
 from __future__ import annotations
 

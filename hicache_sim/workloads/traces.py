@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import zlib
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,7 +100,8 @@ def _object(path: str, lineno: int, text: str) -> dict:
 
 
 def _read_jsonl(path: str, limit: int | None):
-    """(byte offset, line number, object) of the first ``limit`` non-blank lines."""
+    """(byte offset, line number, raw bytes, object) of each line up to the ``limit``-th non-blank one;
+    the object is None for a blank line."""
     with _open_trace(path) as f:
         n = offset = 0
         for lineno, raw in enumerate(f, 1):
@@ -107,8 +109,9 @@ def _read_jsonl(path: str, limit: int | None):
             offset += len(raw)
             text = _decode(path, lineno, raw)
             if not text.strip():
+                yield start, lineno, raw, None
                 continue
-            yield start, lineno, _object(path, lineno, text)
+            yield start, lineno, raw, _object(path, lineno, text)
             n += 1
             if limit is not None and n >= limit:
                 return
@@ -130,23 +133,56 @@ def _stamp(path: str) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-class _LineRequests:
-    """Request ``i`` of a block-id trace: line ``lines[i]`` read again from its byte offset, checked
-    again (a file changed under the run is an error naming the line, never a wrong request) and built."""
+#: A trace whose requests hold at most this many page keys in all keeps the requests its checking pass
+#: built, instead of parsing every line a second time when the request is read (a key costs 40-46
+#: bytes as a Python int in a tuple: at most ~45 MB, next to ~200 MB of libraries a run imports; the
+#: default scenario's trace holds 288,500 keys). Past it they are dropped and the trace is read lazily,
+#: so a long trace still costs 24 bytes a request.
+HELD_PAGE_KEYS = 1_000_000
 
-    def __init__(self, path, stamp, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size) -> None:
+
+class _Held:
+    """Requests built by the checking pass (file order until sorted) and a CRC-32 of the bytes it read:
+    before the first request is served the file is read once more and compared, so a file changed under
+    an unchanged size and time is read and checked again line by line, as a long trace would be."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.keys = 0
+        self.crc = 0
+        self.end = 0  # bytes read by the checking pass
+
+
+class _LineRequests:
+    """Request ``i`` of a block-id trace: the checking pass's request where it kept them (``held``),
+    else line ``lines[i]`` read again from its byte offset, checked again (a file changed under the run
+    is an error naming the line, never a wrong request) and built."""
+
+    def __init__(
+        self, path, stamp, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size, held=None
+    ) -> None:
         self.path, self.fmt = path, fmt
         self.offsets, self.lines, self.arrivals = offsets, lines, arrivals
         self.page_size, self.partial_pages, self.block_size = page_size, partial_pages, block_size
         self.stamp = stamp
+        self.held: _Held | None = held
         self._file = None
+
+    def _open(self):
+        if _stamp(self.path) != self.stamp:
+            raise WorkloadError(self.path, None, "changed since its lines were checked (size or time differ)")
+        f = self._file = _open_trace(self.path)
+        held = self.held
+        if held is not None and zlib.crc32(f.read(held.end)) != held.crc:
+            self.held = None  # same size and time, other bytes: read and check each line again
+        return f
 
     def __call__(self, i: int) -> Request:
         f = self._file
         if f is None:
-            if _stamp(self.path) != self.stamp:
-                raise WorkloadError(self.path, None, "changed since its lines were checked (size or time differ)")
-            f = self._file = _open_trace(self.path)
+            f = self._open()
+        if self.held is not None:
+            return self.held.requests[i]
         f.seek(self.offsets[i])
         lineno = self.lines[i]
         obj = _object(self.path, lineno, _decode(self.path, lineno, f.readline()))
@@ -174,24 +210,41 @@ def open_block_trace(
     """A block-id trace's requests in arrival order (file order on ties), built from the file when read.
 
     A first pass checks every line (so a bad line fails the run before it starts, whatever its place)
-    and keeps per request only its byte offset, line number and arrival time (24 bytes): what sorting
-    by timestamp needs. Page keys are made when a request is read."""
+    and keeps per request its byte offset, line number and arrival time (24 bytes): what sorting by
+    timestamp needs. It also builds the requests while they hold at most :data:`HELD_PAGE_KEYS` page
+    keys and keeps them (each line parsed once); past that, page keys are made when a request is read."""
     path = str(path)
     _check_page_size(path, block_size, page_size)
     offsets, lines, arrivals = array("q"), array("q"), array("d")
     rids: set[str] = set()  # ids from the lines (a Bailian chat_id): checked distinct, then dropped
     stamp = _stamp(path) if Path(path).is_file() else None  # else _read_jsonl says what is wrong
-    for offset, lineno, obj in _read_jsonl(path, limit):
-        arrivals.append(fmt.check(obj, path, lineno, block_size) * time_scale)
+    held: _Held | None = _Held()
+    for offset, lineno, raw, obj in _read_jsonl(path, limit):
+        if held is not None:
+            held.crc = zlib.crc32(raw, held.crc)
+            held.end = offset + len(raw)
+        if obj is None:
+            continue
+        arrival = fmt.check(obj, path, lineno, block_size) * time_scale
+        arrivals.append(arrival)
         offsets.append(offset)
         lines.append(lineno)
         if fmt.rid is not None:
             rids.add(fmt.rid(obj))
+        if held is not None:
+            keys = expand_blocks(obj["hash_ids"], obj["input_length"], block_size, page_size, partial_pages)
+            held.keys += len(keys)
+            if held.keys > HELD_PAGE_KEYS:
+                held = None  # a long trace: read lazily
+            else:
+                held.requests.append(fmt.make(obj, lineno, arrival, keys))
     order = range(len(arrivals))
     if any(arrivals[i] > arrivals[i + 1] for i in range(len(arrivals) - 1)):
         order = sorted(order, key=arrivals.__getitem__)  # stable: file order on ties
         offsets, lines, arrivals = (array(a.typecode, map(a.__getitem__, order)) for a in (offsets, lines, arrivals))
-    make = _LineRequests(path, stamp, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size)
+        if held is not None:
+            held.requests = list(map(held.requests.__getitem__, order))
+    make = _LineRequests(path, stamp, fmt, offsets, lines, arrivals, page_size, partial_pages, block_size, held)
     unique = fmt.rid is None or len(rids) == len(arrivals)
     return LazyRequests(len(arrivals), make, arrivals, unique_rids=unique)
 
