@@ -1,7 +1,8 @@
 """GPU compute time of a scheduler step: a roofline over the model x GPU presets.
 
 Prefill of ``n`` new tokens after ``c`` tokens already in the KV cache, on one rank:
-    linear    = 2 x n x dense_active / (linear_peak x linear_mfu) + 2 x rows(n) x routed_active / k / (linear_peak x moe_mfu)
+    linear    = 2 x n x dense_active / (linear_peak x linear_mfu)
+                + 2 x rows(n) x (routed_active / k) / (linear_peak x moe_mfu)     (rows: padded, below)
     attention = 4 x layers x attn_width x (n x c + n (n + 1) / 2)       (QK^T and PV, causal)
     bytes     = non-routed weights + the routed experts the n tokens reach + KV of the context
     allreduce = 2 x layers x (latency + 2 (tp - 1) / tp x n x hidden x 2 B / busbw)   (tp > 1)
