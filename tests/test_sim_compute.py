@@ -4,6 +4,8 @@ calibration."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from test_sim_support import resolved
 
@@ -163,7 +165,12 @@ def test_moe_prefill_runs_routed_experts_at_the_grouped_gemm_efficiency_plus_tp_
     n = 8192
     routed_active = 94 * 8 * 3 * 4096 * 1536 / 8  # per token, per rank
     dense_active = 22e9 / 8 - routed_active
-    linear = 2 * n * (dense_active / (989.4e12 * 0.7) + routed_active / (989.4e12 * 0.25))
+    # The grouped GEMM runs each expert's rows padded to blocks of 64 (below): 543.3 rows per expert
+    # on average where 8192 x 8 / 128 = 512 tokens reach it.
+    rows = 128 * _padded_rows_exact(n, 16, 64)
+    assert rows / 128 == pytest.approx(543.3, abs=0.05)
+    routed = 2 * rows * routed_active / 8 / (989.4e12 * 0.25)
+    linear = 2 * n * dense_active / (989.4e12 * 0.7) + routed
     attention = 4 * 94 * (64 * 128 // 8) * (n * (n + 1) / 2) / (989.4e12 * 0.6)
     # 8192 tokens reach every expert: the step reads all 58.75 GB of the rank's weights, 21.9 ms at
     # 0.8 x 3.35 TB/s, less than the compute.
@@ -178,6 +185,38 @@ def test_moe_prefill_runs_routed_experts_at_the_grouped_gemm_efficiency_plus_tp_
     unsplit = 7 / 8 * n * 94 * 25 * 4096 * 2 / (3350e9 * 0.8)
     assert unsplit == pytest.approx(0.0515, rel=1e-2)
     assert m.prefill_time([(n, 0)]) == pytest.approx(linear + attention + unsplit + allreduce, rel=1e-9)
+
+
+def _padded_rows_exact(tokens: int, one_in: int, block: int) -> float:
+    """E[ceil(X / block) x block] for X ~ Binomial(tokens, 1 / one_in), in exact integers."""
+    total = 0
+    for x in range(tokens + 1):
+        total += math.comb(tokens, x) * (one_in - 1) ** (tokens - x) * (-(-x // block) * block)
+    return total / one_in**tokens
+
+
+def test_fused_moe_pads_each_experts_rows_to_whole_blocks():
+    # SGLang's fused MoE sorts the step's (token, expert) pairs by expert and pads each expert's rows
+    # to a multiple of BLOCK_SIZE_M (moe_align_block_size): 16 rows while the step has at most as
+    # many tokens as experts, 64 above (the default config). A 2,152-token prefill sends 134.5 tokens
+    # to each of the 128 experts on average; padded to blocks of 64 that is 172.8 rows: the grouped
+    # GEMM does 1 / 0.778 of the useful work. 32,768 tokens (2,048 per expert): 0.985.
+    m = _qwen3_235b_on_8_h800()
+    rows = m.expert_rows(2152)
+    assert rows == pytest.approx(128 * _padded_rows_exact(2152, 16, 64), rel=1e-9)
+    assert 2152 * 8 / rows == pytest.approx(0.778, abs=1e-3)
+    assert 32768 * 8 / m.expert_rows(32768) == pytest.approx(0.985, abs=1e-3)
+    # One decode token: its 8 experts, each one block of 16 rows.
+    assert m.expert_rows(1) == pytest.approx(8 * 16)
+    # 128 tokens still take blocks of 16, 129 blocks of 64.
+    assert m.expert_rows(128) == pytest.approx(128 * _padded_rows_exact(128, 16, 16), rel=1e-9)
+    assert m.expert_rows(129) == pytest.approx(128 * _padded_rows_exact(129, 16, 64), rel=1e-9)
+    # The routed GEMM time follows the padded rows, the rest of the model does not.
+    per_row = 94 * 3 * 4096 * 1536 / 8 / (989.4e12 * 0.25)
+    dense = 2 * 2152 * (22e9 / 8 - 94 * 8 * 3 * 4096 * 1536 / 8) / (989.4e12 * 0.7)
+    assert m.linear_time(2152) == pytest.approx(dense + 2 * rows * per_row, rel=1e-9)
+    # A dense model has no expert rows.
+    assert ComputeModel(ComputeParams.from_resolved(resolved())).expert_rows(2152) == 0.0
 
 
 def test_moe_decode_reads_only_the_experts_its_tokens_reach():
