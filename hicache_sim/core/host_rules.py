@@ -131,18 +131,23 @@ def _reflect(k: Any, about: Any = None) -> Any:
     return -k if about is None else 2 * about - k
 
 
-def _device_boundary(cache: HiCache) -> Any:
-    """Strategy key of the next device victim (the device LRU boundary), or None if none is evictable.
+def _valid_top(heap: list[tuple], cands: dict) -> tuple | None:
+    """The top entry of a lazily invalidated heap (key first, node last) that is still valid, or None.
 
-    Drops stale entries off the top of the device heap, as the next pop would; the order is unchanged.
+    Drops stale entries off the top, as the next pop would; the order is unchanged.
     """
-    heap, cands = cache._dev_heap, cache._dev_cands
     while heap:
-        k, _, _, node = heap[0]
-        if cands.get(node) == k:
-            return k
+        entry = heap[0]
+        if cands.get(entry[-1]) == entry[0]:
+            return entry
         heapq.heappop(heap)
     return None
+
+
+def _device_boundary(cache: HiCache) -> Any:
+    """Strategy key of the next device victim (the device LRU boundary), or None if none is evictable."""
+    top = _valid_top(cache._dev_heap, cache._dev_cands)
+    return None if top is None else top[0]
 
 
 @HOST_EVICTION_RULES.register("reclaim_mirrors")
@@ -207,13 +212,12 @@ class ReclaimMirrors(HostEvictionRule):
         # mirror (the least worth of all mirrors) goes if it is worth less, else the H-only copy.
         if not self._weighed_live(cache):
             return cache._pop_host_candidate()
-        heap, cands = cache._host_heap, cache._host_cands
-        while heap and cands.get(heap[0][-1]) != heap[0][0]:
-            heapq.heappop(heap)
-        h_only = heap[0][0][1] if heap and heap[0][0][0] == 1 else None
+        cands = cache._host_cands
+        top = _valid_top(cache._host_heap, cands)  # mirrors (class 2) sort behind every H-only copy
+        h_only = top[0][1] if top is not None and top[0][0] == 1 else None
         mirror = self._newest_mirror(cache)
         if mirror is None:
-            return cache._pop_host_candidate() if h_only is not None else None
+            return cache._pop_host_candidate()
         if h_only is not None:
             k = _reflect(cands[mirror][1])
             b = _device_boundary(cache)
@@ -224,13 +228,8 @@ class ReclaimMirrors(HostEvictionRule):
 
     def _newest_mirror(self, cache: HiCache) -> Node | None:
         """The mirror candidate with the newest device copy, or None (drops stale entries)."""
-        heap, cands = self._mirrors, cache._host_cands
-        while heap:
-            k, _, node = heap[0]
-            if cands.get(node) == k:
-                return node
-            heapq.heappop(heap)
-        return None
+        top = _valid_top(self._mirrors, cache._host_cands)
+        return None if top is None else top[-1]
 
     def _compact(self, cache: HiCache) -> None:
         self._mirrors = [(k, n.id, n) for n, k in cache._host_cands.items() if k[0] == 2]
