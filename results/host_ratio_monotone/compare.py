@@ -12,6 +12,8 @@ before issue 9 part 3 (``old_key`` below, the capacity switch, copied from commi
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib
@@ -40,14 +42,23 @@ def old_key(self, cache, node):
     return (1 if mirrors_first else 0, k)
 
 
-def old_reclaim_mirrors(ratios: list[float]) -> pd.DataFrame:
-    """Token hit rate of every write policy under the old reclaim_mirrors order, one run per point."""
-    # The old rule had no heap of its own: its keys alone ordered one heap (the base rule's pop).
+@contextmanager
+def old_order() -> Iterator[None]:
+    """reclaim_mirrors runs with the old order while inside. The old rule had no heap of its own: its
+    keys alone ordered one heap (the base rule's pop)."""
     new = ReclaimMirrors.key, ReclaimMirrors.pure_key, ReclaimMirrors.pop_candidate
     ReclaimMirrors.key = ReclaimMirrors.pure_key = old_key
     ReclaimMirrors.pop_candidate = HostEvictionRule.pop_candidate
-    rows = []
     try:
+        yield
+    finally:
+        ReclaimMirrors.key, ReclaimMirrors.pure_key, ReclaimMirrors.pop_candidate = new
+
+
+def old_reclaim_mirrors(ratios: list[float]) -> pd.DataFrame:
+    """Token hit rate of every write policy under the old reclaim_mirrors order, one run per point."""
+    rows = []
+    with old_order():
         for policy in POLICIES:
             for ratio in ratios:
                 sets = [
@@ -58,8 +69,6 @@ def old_reclaim_mirrors(ratios: list[float]) -> pd.DataFrame:
                 summary = simulate(load_scenario(HERE / "scenario.yaml", sets)).summary
                 rows.append({"policy": policy, "ratio": ratio, "old": summary["hit_rate"]["total"]})
                 print(f"old reclaim_mirrors {policy} {ratio}: {rows[-1]['old']:.4f}", file=sys.stderr)
-    finally:
-        ReclaimMirrors.key, ReclaimMirrors.pure_key, ReclaimMirrors.pop_candidate = new
     return pd.DataFrame(rows)
 
 

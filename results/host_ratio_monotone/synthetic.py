@@ -16,10 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare import old_key
+from compare import old_order
 
 from hicache_sim.core import CacheConfig
-from hicache_sim.core.host_rules import HostEvictionRule, ReclaimMirrors
 from hicache_sim.instant import run_instant
 from hicache_sim.workloads.traces import load_mooncake, vendored_trace
 
@@ -40,13 +39,8 @@ def main() -> None:
     print("host pages:", HOSTS)
     for policy in ["write_through", "write_through_selective", "write_back"]:
         new = rates(trace, policy, "reclaim_mirrors")
-        saved = ReclaimMirrors.key, ReclaimMirrors.pure_key, ReclaimMirrors.pop_candidate
-        ReclaimMirrors.key = ReclaimMirrors.pure_key = old_key
-        ReclaimMirrors.pop_candidate = HostEvictionRule.pop_candidate
-        try:
+        with old_order():
             old = rates(trace, policy, "reclaim_mirrors")
-        finally:
-            ReclaimMirrors.key, ReclaimMirrors.pure_key, ReclaimMirrors.pop_candidate = saved
         print(f"{policy}: reclaim_mirrors new {new}, old {old}")
         others = {rule: rates(trace, policy, rule) for rule in ("evicted_only", "boundary")}
         print(f"{policy}: evicted_only {others['evicted_only']}, boundary {others['boundary']}")
