@@ -89,8 +89,23 @@ _CONTEXT_LEN = {
 }
 # DeepSeek-V3 / R1 config.json: hidden 7168, 256 routed experts of 2048, top 8, one shared expert, the
 # first 3 layers dense (first_k_dense_replace).
-_DEEPSEEK_V3_MOE = dict(
-    hidden_size=7168, num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1, dense_layers=3
+_DEEPSEEK_V3 = ModelPreset(
+    "deepseek-v3",
+    61,
+    1,
+    192,
+    128,
+    671.0,
+    37.0,
+    attention="mla",
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    hidden_size=7168,
+    num_experts=256,
+    experts_per_token=8,
+    moe_intermediate_size=2048,
+    shared_experts=1,
+    dense_layers=3,
 )
 for _m in (
     ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03, hidden_size=4096),
@@ -142,35 +157,10 @@ for _m in (
         shared_experts=1,
         dense_layers=3,
     ),
-    ModelPreset(
-        "deepseek-v3",
-        61,
-        1,
-        192,
-        128,
-        671.0,
-        37.0,
-        attention="mla",
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        **_DEEPSEEK_V3_MOE,
-    ),
+    _DEEPSEEK_V3,
     # DeepSeek-R1 is the V3 architecture; its checkpoint stores the linear weights in fp8 (e4m3, 128x128
     # blocks), which is what lets 671 B parameters fit on eight 141 GB GPUs.
-    ModelPreset(
-        "deepseek-r1",
-        61,
-        1,
-        192,
-        128,
-        671.0,
-        37.0,
-        attention="mla",
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        weights_dtype="fp8",
-        **_DEEPSEEK_V3_MOE,
-    ),
+    replace(_DEEPSEEK_V3, name="deepseek-r1", weights_dtype="fp8"),
 ):
     MODELS.add(_m.name, replace(_m, context_len=_CONTEXT_LEN[_m.name]))
 
