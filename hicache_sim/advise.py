@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from .core import HOST_EVICTION_RULES, WRITE_POLICIES
+from .core.config import BUFFER_ONLY_REFUSED_POLICIES
 from .output.write import prepare_folder
 from .scenario import ScenarioError, build_scenario, resolve
 from .sweep import Point, plan, run_sweep
@@ -39,8 +40,6 @@ UPSTREAM_RULE = "evicted_only"  # SGLang's own host eviction; the other rules ar
 # Host pool sizes tried by default, as multiples of the device pool (rounded to whole GB per rank,
 # since SGLang's --hicache-size is an integer).
 DEFAULT_RATIOS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
-# Write policies buffer_only does not run (SGLang runs write_through instead of write_back there).
-BUFFER_ONLY_REFUSES = ("write_back",)
 # With no target: the smallest host within this much (absolute) of the best hit rate in the budget.
 KNEE_TOLERANCE = 0.01
 
@@ -126,7 +125,7 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
     if buffer:
         axes: dict[str, list[Any]] = {
             SIZE: sizes,
-            POLICY: [p for p in WRITE_POLICIES.names() if p not in BUFFER_ONLY_REFUSES],
+            POLICY: [p for p in WRITE_POLICIES.names() if p not in BUFFER_ONLY_REFUSED_POLICIES],
             RULE: [UPSTREAM_RULE],
         }
         notes.append(
@@ -282,8 +281,8 @@ def advise(
 
     upstream = None
     value = target.value
-    if target.kind == "hit_rate":
-        value = target.value if target.value is not None else max(0.0, inst[HIT].max() - KNEE_TOLERANCE)
+    if target.kind == "hit_rate" and value is None:
+        value = max(0.0, inst[HIT].max() - KNEE_TOLERANCE)
     if target.kind == "hit_rate" and not st.buffer_only:
         row = smallest_meeting(inst, target, value)
         met = row is not None

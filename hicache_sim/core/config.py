@@ -20,6 +20,9 @@ from .policies import (
 )
 from .semantics import SEMANTIC_CHOICES, SEMANTIC_VALUES, SEMANTICS, Semantics, resolve_semantics
 
+#: Write policies a buffer_only host does not run (SGLang runs write_through instead of write_back there).
+BUFFER_ONLY_REFUSED_POLICIES = ("write_back",)
+
 
 @dataclass(frozen=True)
 class CacheConfig:
@@ -95,8 +98,8 @@ class CacheConfig:
                 raise ConfigError(
                     "cache.host_memory_mode", "buffer_only needs a storage backend (storage_backend is none)"
                 )
-            if self.write_policy == "write_back":
-                raise ConfigError("cache.write_policy", "buffer_only forbids write_back")
+            if self.write_policy in BUFFER_ONLY_REFUSED_POLICIES:
+                raise ConfigError("cache.write_policy", f"buffer_only forbids {self.write_policy}")
             if self.host_pages == 0:
                 raise ConfigError("cache.host_pages", "buffer_only needs a host staging pool > 0 pages")
 
