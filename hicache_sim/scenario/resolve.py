@@ -215,17 +215,18 @@ def running_cap(sc: Scenario, model: ModelPreset, device_tokens: int, warnings: 
     return cap
 
 
-def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> MemoryPlan:
-    """One rank's memory as SGLang profiles it (see :mod:`hicache_sim.hardware.memory`)."""
+def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset, chunk: int | None, graph_bs: int) -> MemoryPlan:
+    """One rank's memory as SGLang profiles it (see :mod:`hicache_sim.hardware.memory`), for the prefill
+    chunk (None: no chunking) and decode CUDA-graph batch size SGLang runs."""
     hw = sc.hardware
     mem_mib = hw.memory_mib or gpu.memory_mib
     weights = model.params_b * 1e9 * WEIGHT_BYTES[model.weights_dtype] / (hw.tp * hw.pp)
     if hw.mem_fraction_static is not None:
         mfs, source = hw.mem_fraction_static, "given"
     else:
-        chunk = chunked_prefill_size(sc, gpu) or sc.scheduler.max_prefill_tokens
-        bs = cuda_graph_max_bs(sc, gpu)
-        mfs, source = default_mem_fraction_static(mem_mib, chunk, bs, hw.tp, hw.pp), "SGLang default"
+        reserve_chunk = chunk or sc.scheduler.max_prefill_tokens
+        mfs = default_mem_fraction_static(mem_mib, reserve_chunk, graph_bs, hw.tp, hw.pp)
+        source = "SGLang default"
         if mfs <= 0:
             raise ConfigError(
                 "hardware.mem_fraction_static",
@@ -267,7 +268,8 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     stage_layers = model.num_layers // hw.pp
     bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), hw.tp)
     warnings: list[str] = []
-    memory = memory_plan(sc, model, gpu)
+    chunk, graph_bs = chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu)
+    memory = memory_plan(sc, model, gpu, chunk, graph_bs)
     device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
     running = running_cap(sc, model, device_tokens, warnings)
     host_tokens = _host_tokens(sc, device_tokens, bpt, warnings)
@@ -290,9 +292,9 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         storage_write_Bps=storage.write_Bps,
         storage_latency_s=storage.latency_s,
         memory=memory,
-        chunked_prefill_size=chunked_prefill_size(sc, gpu),
+        chunked_prefill_size=chunk,
         max_running_requests=running,
-        cuda_graph_max_bs=cuda_graph_max_bs(sc, gpu),
+        cuda_graph_max_bs=graph_bs,
         io_backend=io,
         mem_layout=layout,
         stage_layers=stage_layers,
