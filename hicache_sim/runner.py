@@ -197,6 +197,7 @@ def run_instant_scenario(
         residency=out.cache.residency(),
         sizes=_sizes(r),
         mode="instant",
+        warmup_requests=wl.warmup_requests,
     )
     transfers = _frame(out.transfers) if record_transfers else None
     return RunOutput(r, summary, table, Columns.from_rows(series), transfers)
@@ -256,6 +257,8 @@ def run_timed_scenario(
         sizes=_sizes(r),
         mode="timed",
         timed={"sim_time_s": res.sim_time_s, "links": res.links},
+        warmup_requests=wl.warmup_requests,
+        serving=wl.serving is not None,
     )
     transfers = _frame(res.transfers) if record_transfers else None
     return RunOutput(r, summary, table, Columns.from_frame(_frame(res.timeseries)), transfers)

@@ -157,6 +157,16 @@ SCENARIO_CASES = [
         id="unknown-ready-queue-policy",
     ),
     pytest.param(
+        {**TINY, "workload": {"kind": "bench_serving", "bench_serving": {"request_rate": -2}}},
+        ["workload.bench_serving.request_rate", "positive number of requests per second or 'inf'"],
+        id="bench-serving-negative-rate",
+    ),
+    pytest.param(
+        {**TINY, "workload": {"kind": "bench_serving", "bench_serving": {"dataset_name": "sharegpt"}}},
+        ["workload.bench_serving.dataset_name", "'random'"],
+        id="bench-serving-unsupported-dataset",
+    ),
+    pytest.param(
         {**TINY, "workload": {"kind": "multiturn", "multiturn": {"min_rounds": 5, "max_rounds": 3}}},
         ["workload.multiturn", "min_rounds (5) must be <= max_rounds (3)"],
         id="round-range-reversed",

@@ -51,6 +51,10 @@ CASES = {
         },
         0.1,
     ),
+    "bench_serving": (  # independent prompts: only the warm-up's copy of prompt 0 is reused
+        {"bench_serving": {"num_prompts": 12, "random_input_len": 512, "random_output_len": 16, "max_concurrency": 4}},
+        0.0,
+    ),
     "poisson_synthetic": (
         {"poisson_synthetic": {"num_requests": 40, "input_length": 512, "output_length": 16, "request_rate": 20.0}},
         0.0,

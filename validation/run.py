@@ -4,7 +4,9 @@ A case file holds ``scenario`` (one run) or ``scenarios`` (named runs), ``publis
 per-round list, or per-run mapping), and ``checks`` (the tolerance the README claims, per metric;
 ``asserted: false`` rows are reported, not held). Metrics are computed as the source computes them:
 bench_multiturn's per-round hit rate is the sum of cached prompt tokens over the sum of prompt tokens
-of the round's requests, and its TTFT is the round's mean.
+of the round's requests, and its TTFT is the round's mean; a bench_serving run's figures are its
+"Serving Benchmark Result" lines (``ttft_median_ms`` = "Median TTFT (ms)", ...), as summary.json's
+``serving`` block computes them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,29 @@ def round_metrics(df: pd.DataFrame) -> dict[str, list[float]]:
     return {"hit_rate": [float(x) for x in hit], "ttft_mean_s": ttft, "ttft_vs_round0": [t / ttft[0] for t in ttft]}
 
 
+#: bench_serving result lines a case may quote: metric -> (summary["serving"] key, statistic or None).
+SERVING_METRICS = {
+    f"{stat}_{agg}_ms": (f"{key}_ms", agg)
+    for stat, key in (("ttft", "ttft"), ("tpot", "tpot"), ("e2e", "e2e_latency"))
+    for agg in ("mean", "median", "p99")
+} | {
+    "total_input_tokens": ("total_input_tokens", None),
+    "total_output_tokens": ("total_output_tokens", None),
+    "duration_s": ("duration_s", None),
+    "request_throughput": ("request_throughput", None),
+    "input_token_throughput": ("input_token_throughput", None),
+    "output_token_throughput": ("output_token_throughput", None),
+}
+
+
+def serving_value(block: dict, metric: str) -> float:
+    """One bench_serving figure of a simulated run's ``serving`` block."""
+    if metric not in SERVING_METRICS:
+        raise SystemExit(f"unknown bench_serving metric {metric!r}; known: {', '.join(sorted(SERVING_METRICS))}")
+    key, agg = SERVING_METRICS[metric]
+    return float(block[key] if agg is None else block[key][agg])
+
+
 def _derived(pub: dict) -> dict:
     """Published figures plus the scale-free ones derived from them: TTFT of each round over round 0's
     (compares how TTFT grows with the history when the source does not name its GPU)."""
@@ -120,7 +145,10 @@ def run_case(case: dict, *, fast: bool = False) -> list[Row]:
     """Simulate one case and compare every published figure: per-round lists (bench_multiturn), or
     ``cache_ratio`` (the run's token-weighted hit rate) with its token-level estimate for traces."""
     rows: list[Row] = []
+    only = set(case.get("fast_runs") or []) if fast else set()
     for name, (data, published) in _runs(case).items():
+        if only and name not in only:
+            continue
         pub = _derived(published)
         rounds = len(pub.get("hit_rate", [])) or None
         out = simulate(_scenario(data, fast=fast, rounds=rounds), base_dir=ROOT)
@@ -129,6 +157,10 @@ def run_case(case: dict, *, fast: bool = False) -> list[Row]:
             rows.append(_row(case, "cache_ratio", name, ratio, out.summary["hit_rate"]["total"]))
             bound = token_level_ratio(data["workload"]["trace"]["path"], block_tokens=512)
             rows.append(_row(case, "cache_ratio_token_level_estimate", name, ratio, bound))
+            continue
+        if "serving" in out.summary:
+            for metric, v in pub.items():
+                rows.append(_row(case, metric, name, float(v), serving_value(out.summary["serving"], metric), run=name))
             continue
         sim = round_metrics(out.requests)
         for metric, values in pub.items():

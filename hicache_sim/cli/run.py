@@ -78,6 +78,7 @@ def run(
     """Run SCENARIO and write summary.json, requests.parquet, timeseries.parquet, figures and the
     resolved scenario into the result folder. Exits 1 when no request could be served."""
     from ..output.rounds import rounds_table
+    from ..output.serving import serving_table
     from ..output.write import check_target
     from ..runner import simulate, write_outputs
     from ..scenario import load_scenario, resolve, resolve_builtin
@@ -108,6 +109,8 @@ def run(
     typer.echo(summary_line(sc.name, result.summary))
     if "rounds" in result.summary:
         typer.echo(rounds_table(result.summary["rounds"]))
+    if "serving" in result.summary:
+        typer.echo(serving_table(result.summary["serving"]))
     shown = out if out is not None else Path("results") / sc.name
     typer.echo(f"wrote {shown}")
     empty = nothing_served(result.summary, result.request_columns)

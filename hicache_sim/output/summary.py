@@ -14,6 +14,8 @@ import numpy as np
 from .columns import Columns, as_columns
 from .rounds import SCOPE as ROUNDS_SCOPE
 from .rounds import per_round
+from .serving import SCOPE as SERVING_SCOPE
+from .serving import serving_metrics
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,18 +43,22 @@ SCOPES = {
     "sim_time_s": "whole run: simulated seconds",
     "links": "whole run: busy time and bytes per link",
     "rounds": ROUNDS_SCOPE,
+    "serving": SERVING_SCOPE,
 }
 
 
-def window_of(n_requests: int, warmup_fraction: float) -> dict:
-    """The measured window: requests after the warm-up share, in arrival order."""
-    first = math.floor(n_requests * warmup_fraction)
+def window_of(n_requests: int, warmup_fraction: float, warmup_requests: int = 0) -> dict:
+    """The measured window: requests after the warm-up share, in arrival order, and never the
+    workload's own warm-up requests (bench_serving's, at the head of the run)."""
+    first = min(n_requests, max(math.floor(n_requests * warmup_fraction), warmup_requests))
+    why = f"first {warmup_fraction:.0%} excluded as warm-up"
+    if warmup_requests and first == warmup_requests:
+        why = f"the workload's {warmup_requests} warm-up request(s) excluded"
     return {
         "warmup_fraction": warmup_fraction,
         "first_request": first,
         "requests_measured": n_requests - first,
-        "description": f"requests {first}..{n_requests - 1} in arrival order "
-        f"(first {warmup_fraction:.0%} excluded as warm-up)",
+        "description": f"requests {first}..{n_requests - 1} in arrival order ({why})",
     }
 
 
@@ -86,10 +92,13 @@ def build_summary(
     sizes: dict,
     mode: str,
     timed: dict | None = None,
+    warmup_requests: int = 0,
+    serving: bool = False,
 ) -> dict:
-    """The summary dict. ``requests`` has one row per request in arrival order (see runner)."""
+    """The summary dict. ``requests`` has one row per request in arrival order (see runner); the first
+    ``warmup_requests`` are the workload's warm-up; ``serving`` adds bench_serving's block (timed)."""
     requests = as_columns(requests)
-    win = window_of(len(requests), warmup_fraction)
+    win = window_of(len(requests), warmup_fraction, warmup_requests)
     measured = requests.take(slice(win["first_request"], None))
     finished = measured.take(measured["status"] == "finished") if "status" in measured else measured
     summary = {
@@ -130,5 +139,7 @@ def build_summary(
         summary["links"] = timed["links"]
     if "round" in requests:
         summary["rounds"] = per_round(requests, timed is not None)
+    if serving and timed is not None:
+        summary["serving"] = serving_metrics(measured)
     summary["scopes"] = {key: SCOPES[key] for key in summary if key != "mode"}  # every figure is labelled
     return summary

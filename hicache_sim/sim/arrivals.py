@@ -6,6 +6,12 @@ no-load order): a seeded ready queue (random or fifo), a gap after every pop att
 the in-flight cap, a client's next turn queued when its turn finishes (with the round barrier: held
 until the round is done, then released after the barrier pause). The request's ``arrival_s`` in the
 results is the time it was sent.
+
+Serving loop: SGLang bench_serving's client: its warm-up requests at once, a pause after they finished,
+then every request at its time (``arrival_s`` counted from the end of the pause) through a semaphore
+of ``max_concurrency``: a request due while the cap is reached waits, and waiting requests are sent in
+their order as slots free. Its ``arrival_s`` in the results is also the time it was sent, which is
+where bench_serving starts its TTFT clock (inside the semaphore).
 """
 
 from __future__ import annotations
@@ -83,6 +89,59 @@ class ClosedLoop:
         self.loop.release()
 
 
-def arrivals_for(env: simpy.Environment, workload: Workload, deliver: Deliver) -> OpenLoop | ClosedLoop:
+class ServingLoop:
+    """bench_serving's sender (see the module docstring) on the SimPy clock."""
+
+    def __init__(self, env: simpy.Environment, workload: Workload, deliver: Deliver) -> None:
+        assert workload.serving is not None
+        self.env = env
+        self.deliver = deliver
+        self.requests = workload.requests
+        self.spec = workload.serving
+        self.cap = self.spec.max_concurrency
+        self.in_flight = 0
+        self.warming = self.spec.warmup
+        self.delivered = 0
+        self._slot = env.event()
+        self._warm = env.event()
+        env.process(self._run())
+
+    def _send(self, i: int) -> None:
+        self.in_flight += 1
+        self.delivered += 1
+        self.deliver(i, self.requests[i])
+
+    def _run(self) -> Generator:
+        env, w = self.env, self.spec.warmup
+        if w:
+            for i in range(w):  # asyncio.gather of the warm-up requests: all at once
+                self._send(i)
+            yield self._warm
+            yield env.timeout(self.spec.warmup_pause_s)
+        start = env.now
+        for i in range(w, len(self.requests)):
+            due = start + self.requests[i].arrival_s
+            if due > env.now:
+                yield env.timeout(due - env.now)
+            while self.cap is not None and self.in_flight >= self.cap:
+                yield self._slot
+            self._send(i)
+
+    def on_done(self, req: Request) -> None:
+        """A finished (or rejected) request frees its slot; the last warm-up one starts the run."""
+        self.in_flight -= 1
+        if self.warming:
+            self.warming -= 1
+            if not self.warming:
+                self._warm.succeed()
+            return
+        if not self._slot.triggered:
+            self._slot.succeed()
+            self._slot = self.env.event()
+
+
+def arrivals_for(env: simpy.Environment, workload: Workload, deliver: Deliver) -> OpenLoop | ClosedLoop | ServingLoop:
     """The arrival process the workload asks for."""
+    if workload.serving is not None:
+        return ServingLoop(env, workload, deliver)
     return ClosedLoop(env, workload, deliver) if workload.closed_loop else OpenLoop(env, workload, deliver)

@@ -1,6 +1,6 @@
-"""Synthetic workloads with prefix identity: multi-turn chat (SGLang bench_multiturn), shared-prefix
-groups, long-context document QA, and Poisson arrivals over shared prefixes (optionally with Azure
-arrivals and lengths).
+"""Synthetic workloads with prefix identity: multi-turn chat (SGLang bench_multiturn), independent
+prompts (SGLang bench_serving's random dataset), shared-prefix groups, long-context document QA, and
+Poisson arrivals over shared prefixes (optionally with Azure arrivals and lengths).
 
 Token streams are never materialised: a page's key is a hash of (stream id, page index) for whole
 pages and of (stream id, page index, tokens) for a partial page, so equal keys mean equal content
@@ -17,10 +17,10 @@ import numpy as np
 
 from .client_loop import SenderSpec, no_load_order
 from .records import Request
-from .workload import Workload
+from .workload import ServingSpec, Workload
 
 # Integer tags for stream ids: tuples of ints hash the same in every process (strings do not).
-CLIENT, SYSTEM, QUESTION, DOC, QUERY, PREFIX, OWN = range(1, 8)
+CLIENT, SYSTEM, QUESTION, DOC, QUERY, PREFIX, OWN, PROMPT = range(1, 9)
 
 
 def _rng(seed: int, subsystem: str) -> np.random.Generator:
@@ -91,6 +91,58 @@ def multiturn(spec, page_size: int, seed: int, partial: str = "keep") -> Workloa
     )
     ordered = [dataclasses.replace(q, arrival_s=t) for q, t in no_load_order(reqs, sender)]
     return Workload(ordered, sender)
+
+
+#: bench_serving's warm-up answers at most this many tokens (``min(output_len, 32)``).
+WARMUP_OUTPUT_CAP = 32
+
+
+def bench_serving_lengths(spec, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt lengths, answer lengths, send offsets in s) as bench_serving (SGLang 0.5.7) draws them from
+    numpy's global generator seeded with ``--seed``: ``sample_random_requests`` draws the prompt lengths,
+    then the answer lengths, each uniform in [max(1, int(r L)), L]; ``get_request`` then draws one
+    exponential gap after each request but the last (none at an infinite rate). The ShareGPT sampling
+    in between uses Python's ``random``, not numpy. (SGLang 0.5.6 and earlier drew answers from
+    [int(r L), L], which can be 0 tokens: ``answer_floor`` 0.)"""
+    rs = np.random.RandomState(seed)
+    n, rr = spec.num_prompts, spec.random_range_ratio
+
+    def lengths(full: int, floor: int) -> np.ndarray:
+        return rs.randint(max(int(full * rr), floor), full + 1, size=n)
+
+    inp = lengths(spec.random_input_len, 1)
+    out = lengths(spec.random_output_len, spec.answer_floor)
+    rate = spec.rate()
+    if np.isinf(rate) or n == 1:
+        send = np.zeros(n)
+    else:
+        send = np.concatenate([[0.0], np.cumsum([rs.exponential(1.0 / rate) for _ in range(n - 1)])])
+    return inp, out, send
+
+
+def bench_serving(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
+    """bench_serving's random dataset: independent prompts (no two share a prefix), the warm-up copies
+    of prompt 0 first (their answers are not known, so only the prompt is cached when they finish).
+    An answer drawn as 0 tokens (``answer_floor`` 0) is simulated as 1: the prefill's own token."""
+    seed = spec.seed if spec.seed is not None else seed
+    inp, out, send = bench_serving_lengths(spec, seed)
+
+    def keys(i: int, tokens: int) -> tuple[int, ...]:
+        # prompt i of every run with this seed is cut from the same token stream: a prefix of the longer
+        return stream_keys(hash((seed, PROMPT, i)), tokens, page_size, partial)
+
+    reqs = []
+    for k, run in enumerate(spec.earlier_runs):
+        earlier = spec.model_copy(update={**run.model_dump(), "request_rate": "inf", "earlier_runs": []})
+        lens = bench_serving_lengths(earlier, seed)[0]  # the prompt lengths come first in its draws
+        reqs.extend(Request(f"run{k}p{i}", 0.0, int(n), 1, keys(i, int(n))) for i, n in enumerate(lens))
+    warm_out = max(1, min(int(out[0]), WARMUP_OUTPUT_CAP))
+    for w in range(spec.warmup_requests):
+        reqs.append(Request(f"warmup{w}", 0.0, int(inp[0]), warm_out, keys(0, int(inp[0]))))
+    unmeasured = len(reqs)
+    for i in range(spec.num_prompts):
+        reqs.append(Request(f"p{i}", float(send[i]), int(inp[i]), max(1, int(out[i])), keys(i, int(inp[i]))))
+    return Workload(reqs, serving=ServingSpec(spec.max_concurrency, unmeasured))
 
 
 def shared_prefix(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
