@@ -4,10 +4,13 @@ digits; the rest within the tolerances each case file states and explains."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
+import numpy as np
 import pytest
 
+from validation.copy_cases import slope, slope_read_bound
 from validation.run import load_cases, main, run_case
 
 CASES = {c["id"]: c for c in load_cases()}
@@ -86,3 +89,41 @@ def test_what_the_readme_states(rows):
     assert all(0.245 <= r.simulated <= 0.255 for r in blog if r.metric == "ttft_mean_s" and r.key.endswith(" 0"))
     last = [ttft[f"{run} 9"] for run in ("gpu_only", "l2")]
     assert all(1.15 <= x <= 1.25 for x in last)  # "about 1.2x in round 9 (GPU only and L2)"
+
+
+def test_copy_case_compares_slopes_and_every_point(rows):
+    """kind: copy runs through run_case: per load run a slope, its GB/s and one row per prompt length,
+    the simulated copy time growing linearly with the prompt (pieces = 16-token blocks)."""
+    by = {(r.metric, r.key): r for r in rows["vllm_blog_h100_cpu_load"]}
+    for run in ("fig1_dma", "fig5_dma", "fig5_kernel"):
+        assert ("load_slope_ms_per_1k", run) in by
+        points = [by["ttft_ms_vs_copy_ms", f"{run} {k}K"].simulated for k in range(10, 101, 10)]
+        steps = [b - a for a, b in itertools.pairwise(points)]
+        assert max(steps) - min(steps) < 1e-9
+    held = [r for r in rows["vllm_blog_h100_cpu_load"] if r.asserted]
+    assert [(r.metric, r.key) for r in held] == [("load_slope_ms_per_1k", "fig1_dma")]
+    # 2 MiB blocks at 50 GB/s plus 5 us per block: 62.5 blocks per 1K tokens
+    assert by["load_slope_ms_per_1k", "fig1_dma"].simulated == pytest.approx(62.5 * (2**21 / 50e9 + 5e-6) * 1e3)
+
+
+@pytest.mark.parametrize(("field", "value"), [("h2d_gbps", 40.0), ("segment_overhead_us", 10.0)])
+def test_a_wrong_link_parameter_fails_the_held_copy_slope(field, value):
+    case = json.loads(json.dumps(CASES["vllm_blog_h100_cpu_load"]))
+    case["runs"]["fig1_dma"]["scenario"]["hardware"]["pcie"] = {field: value}
+    row = next(r for r in run_case(case) if r.asserted)
+    assert row.key == "fig1_dma" and row.within is False
+
+
+def test_slope_read_bound_is_the_worst_reading():
+    """Every reading off by +-e with the sign of (x - mean x) moves the least-squares slope by exactly
+    the bound; no other pattern moves it further."""
+    x = [10, 20, 35, 50, 100]
+    y = [3.0 * k + 7 for k in x]
+    bound = slope_read_bound(x, 0.5)
+    mean = sum(x) / len(x)
+    worst = [v + 0.5 * (1 if k > mean else -1) for k, v in zip(x, y, strict=True)]
+    assert slope(x, worst) - slope(x, y) == pytest.approx(bound)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        noisy = [v + e for v, e in zip(y, rng.uniform(-0.5, 0.5, len(x)), strict=True)]
+        assert abs(slope(x, noisy) - 3.0) <= bound + 1e-12

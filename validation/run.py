@@ -144,6 +144,10 @@ def _runs(case: dict) -> dict[str, tuple[dict, dict]]:
 def run_case(case: dict, *, fast: bool = False) -> list[Row]:
     """Simulate one case and compare every published figure: per-round lists (bench_multiturn), or
     ``cache_ratio`` (the run's token-weighted hit rate) with its token-level estimate for traces."""
+    if case.get("kind") == "copy":
+        from .copy_cases import copy_rows  # imports Row from here
+
+        return copy_rows(case)
     rows: list[Row] = []
     only = set(case.get("fast_runs") or []) if fast else set()
     for name, (data, published) in _runs(case).items():
