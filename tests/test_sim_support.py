@@ -70,7 +70,12 @@ def instant_compute(r: Resolved) -> ComputeModel:
     """The preset model with a GPU so fast that every step takes ~0 s."""
     return ComputeModel(
         ComputeParams.from_resolved(r).with_overrides(
-            peak_flops=1e30, linear_peak_flops=1e30, hbm_Bps=1e30, step_overhead_s=0.0
+            peak_flops=1e30,
+            linear_peak_flops=1e30,
+            hbm_Bps=1e30,
+            step_overhead_s=0.0,
+            prefill_host_s_per_layer=0.0,
+            decode_s_per_layer=0.0,
         )
     )
 

@@ -28,6 +28,9 @@ COMPUTE_FIELDS = {
     "moe_mfu": (0.0, 1.0, False),
     "allreduce_latency_us": (0.0, 1e9, True),
     "step_overhead_us": (0.0, 1e9, True),
+    "decode_us_per_layer": (0.0, 1e9, True),
+    "prefill_eager_us_per_layer": (0.0, 1e9, True),
+    "prefill_graph_us_per_layer": (0.0, 1e9, True),
     "request_overhead_us": (0.0, 1e9, True),
 }
 

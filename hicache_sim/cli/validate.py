@@ -36,7 +36,7 @@ def validate(
     running = r.max_running_requests or "not derived (instant mode)"
     typer.echo(
         f"  scheduler: chunk {r.chunked_prefill_size or 'off'}, max running requests {running}, "
-        f"cuda graph max bs {r.cuda_graph_max_bs}"
+        f"cuda graph max bs {r.cuda_graph_max_bs}, prefill cuda graph {r.prefill_graph}"
     )
     typer.echo(
         f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "

@@ -57,6 +57,7 @@ class Resolved:
     chunked_prefill_size: int | None = None
     max_running_requests: int = 0
     cuda_graph_max_bs: int = 0
+    prefill_graph: str = "breakable"  # the prefill CUDA-graph backend SGLang runs (PREFILL_FLOOR_KNOB)
     io_backend: str = ""  # the io backend and host layout SGLang runs (after its rewrites)
     mem_layout: str = ""
     stage_layers: int = 0
@@ -165,6 +166,25 @@ def compute_knobs(hw: HardwareSpec, cal: Calibration | None) -> dict[str, float]
         else:
             out[k] = getattr(hw, k)
     return out
+
+
+#: The host-cost knob of a prefill forward, by the prefill CUDA-graph backend SGLang runs: eager (no
+#: graph) issues every kernel from Python, a graph replays the pieces between its breaks.
+PREFILL_FLOOR_KNOB = {
+    "disabled": "prefill_eager_us_per_layer",
+    "breakable": "prefill_graph_us_per_layer",
+    "full": "prefill_graph_us_per_layer",
+}
+
+
+def prefill_graph_backend(sc: Scenario) -> str:
+    """``--cuda-graph-backend-prefill`` as SGLang runs it: the scenario's, or for ``auto`` sglang
+    0.5.23's default, breakable, which it turns off under pipeline parallelism
+    (``cuda_graph_hook.apply_cuda_graph_compatibility``)."""
+    given = sc.scheduler.cuda_graph_backend_prefill
+    if given != AUTO:
+        return given
+    return "disabled" if sc.hardware.pp > 1 else "breakable"
 
 
 def chunked_prefill_size(sc: Scenario, gpu: GPUPreset) -> int | None:
@@ -295,6 +315,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         chunked_prefill_size=chunk,
         max_running_requests=running,
         cuda_graph_max_bs=graph_bs,
+        prefill_graph=prefill_graph_backend(sc),
         io_backend=io,
         mem_layout=layout,
         stage_layers=stage_layers,

@@ -183,6 +183,30 @@ class HardwareSpec(_Strict):
         10.0, ge=0, le=MAX_COST_US, description="fixed cost of one tensor-parallel all-reduce, us"
     )
     step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
+    decode_us_per_layer: float = Field(
+        47.0,
+        ge=0,
+        le=MAX_COST_US,
+        description="GPU time per layer of a decode step beyond the roofline, us: its small kernels "
+        "(norms, rope, top-k, activation, attention metadata) run for microseconds each whatever the "
+        "batch (sglang-omni#379 kernel table, Qwen3-30B-A3B on H200: 77.6 us per layer against 30 us of "
+        "weight reads; sgl-project/sglang#1401, Llama-3-8B batch 1: 46 us per layer over the weight time)",
+    )
+    prefill_eager_us_per_layer: float = Field(
+        1350.0,
+        ge=0,
+        le=MAX_COST_US,
+        description="host time to issue one layer of a prefill forward run eagerly (no prefill CUDA "
+        "graph), us: the forward takes at least layers x this (sgl-project/sglang#12160: DeepSeek-V3, "
+        "61 layers, 1 new token, 82.6 ms)",
+    )
+    prefill_graph_us_per_layer: float = Field(
+        380.0,
+        ge=0,
+        le=MAX_COST_US,
+        description="the same floor with a prefill CUDA graph, us per layer (sgl-project/sglang#12160: "
+        "23.1 ms for the same forward)",
+    )
     request_overhead_us: float = Field(
         1000.0,
         ge=0,
@@ -309,6 +333,11 @@ class SchedulerSpec(_Strict):
     max_prefill_tokens: int = Field(16384, gt=0, description="new prefill tokens per step")
     schedule_policy: str = Field(
         "fcfs", description="waiting-queue order before each prefill batch (SGLang --schedule-policy; timed mode)"
+    )
+    cuda_graph_backend_prefill: Literal["auto", "breakable", "full", "disabled"] = Field(
+        AUTO,
+        description="--cuda-graph-backend-prefill (auto: SGLang 0.5.23's, breakable, disabled under PP; "
+        "SGLang 0.5.9 and earlier ran prefill eagerly by default: disabled)",
     )
     reserve_last_token: bool = Field(True, description="match at most input - 1 tokens, as SGLang")
     insert_output: bool = Field(True, description="cache output tokens too when a request finishes (timed)")

@@ -7,7 +7,8 @@ Prefill of ``n`` new tokens after ``c`` tokens already in the KV cache, on one r
     bytes     = non-routed weights + the routed experts the n tokens reach + KV of the context
     allreduce = 2 x layers x (latency + 2 (tp - 1) / tp x n x hidden x 2 B / busbw)   (tp > 1)
     unsplit   = (tp - 1) / tp x n x layers x 2 B x (8 hidden + moe_share x (2 k + 1) hidden) / (HBM x eff)
-    time      = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + unsplit + allreduce
+    gpu       = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + unsplit + allreduce
+    time      = max(gpu, layers x host_per_layer)                      (the host floor, below)
 The efficiencies differ: a short prompt is GEMM work, a long one attention work, and a MoE's routed
 experts run as grouped GEMMs far below a dense GEMM. A MoE's routed experts are ``routed_params``;
 ``routed_active = routed_params x k / E`` of them run per token, the rest of ``active_params`` is
@@ -28,9 +29,19 @@ kernels between the GEMMs. The efficiencies are figures for one GPU running the 
 and fused-MoE measurements, the 0.7 estimate that covers norms and activations), so at ``tp = 1`` these
 kernels are inside them; TP divides the linear term by ``tp`` but not these kernels, so the model adds
 back the ``(tp - 1) / tp`` of their time that the division took away.
+The host floor: SGLang issues a prefill forward's kernels from Python, layer by layer, ahead of the
+GPU; a prefill with little GPU work waits for the host instead (sgl-project/sglang#12160: a 1-token
+DeepSeek-V3 prefill forward took 82.6 ms eager, 23.1 ms in a prefill CUDA graph: 1.35 and 0.38 ms for
+each of its 61 layers; ``hardware.prefill_eager_us_per_layer`` / ``prefill_graph_us_per_layer``, by
+the backend ``scheduler.cuda_graph_backend_prefill`` resolves to). Decode runs in CUDA graphs.
 Decode of a batch of ``B`` requests holding ``K`` KV tokens in total:
     time   = max((weights read for B tokens + K x kv_bytes) / (HBM x eff), linear + attention) + unsplit(B)
-             + allreduce(B)
+             + allreduce(B) + layers x decode_per_layer
+A decode step runs as a CUDA graph, but each of a layer's small kernels (norms, rope, top-k, the
+activation, attention metadata) still takes microseconds: ``hardware.decode_us_per_layer`` (47 us: an
+nsys kernel table of Qwen3-30B-A3B decode on an H200 sums to 77.6 us per layer against 30 us of weight
+reads, sglang-omni#379; Llama-3-8B at batch 1 runs 46 us per layer over its weight time,
+sgl-project/sglang#1401).
 
 Every parameter is per rank: tensor parallelism ``tp`` splits weights, FLOPs and KV heads; pipeline
 parallelism ``pp`` gives each stage ``layers / pp`` layers (and their weights and KV). Under PP a
@@ -56,6 +67,7 @@ from typing import Protocol
 
 from ..hardware.presets import WEIGHT_BYTES, ModelPreset
 from ..scenario import Resolved, compute_knobs
+from ..scenario.resolve import PREFILL_FLOOR_KNOB
 
 # Activations (the residual stream, expert outputs) are bf16 whatever the weights' dtype.
 ACTIVATION_BYTES = 2
@@ -92,6 +104,11 @@ class ComputeParams:
     allreduce_latency_s: float = 0.0
     # HBM bytes per token of the kernels TP does not split (norms, top-k combine), this rank's layers.
     unsplit_bytes_per_token: float = 0.0
+    # Host seconds to issue one layer of a prefill forward (eager, or between a prefill graph's breaks):
+    # a prefill takes at least num_layers x this, however little GPU work it has.
+    prefill_host_s_per_layer: float = 0.0
+    # GPU seconds per layer of a decode step beyond the roofline: its small kernels' fixed durations.
+    decode_s_per_layer: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "linear_mfu", "attention_mfu", "hbm_Bps", "hbm_efficiency", "num_layers"):
@@ -109,6 +126,8 @@ class ComputeParams:
             "routed_params",
             "allreduce_latency_s",
             "unsplit_bytes_per_token",
+            "prefill_host_s_per_layer",
+            "decode_s_per_layer",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"compute.{name} must be >= 0, got {getattr(self, name)}")
@@ -158,6 +177,8 @@ class ComputeParams:
             allreduce_Bps=(hw.allreduce_busbw_gbps or r.gpu.allreduce_busbw_gbps) * 1e9,
             allreduce_latency_s=k["allreduce_latency_us"] * 1e-6,
             unsplit_bytes_per_token=unsplit_bytes_per_token(m, r.stage_layers),
+            prefill_host_s_per_layer=k[PREFILL_FLOOR_KNOB[r.prefill_graph]] * 1e-6,
+            decode_s_per_layer=k["decode_us_per_layer"] * 1e-6,
         )
 
     def with_overrides(self, **changes: float) -> ComputeParams:
@@ -245,6 +266,10 @@ class ComputeModel:
         self._ar_per_token = 2.0 * (tp - 1) / tp * params.hidden_size * 2.0 / params.allreduce_Bps if tp > 1 else 0.0
         # What dividing the per-GPU efficiencies' work by tp took away from the kernels TP does not split.
         self._unsplit_per_token = (tp - 1) / tp * params.unsplit_bytes_per_token / self._hbm
+        # The host issues a prefill's kernels layer by layer ahead of the GPU: the forward lasts as long
+        # as the slower of the two (the host's part runs concurrently with the GPU's).
+        self._prefill_floor = params.num_layers * params.prefill_host_s_per_layer
+        self._decode_fixed = params.num_layers * params.decode_s_per_layer
 
     @classmethod
     def from_resolved(cls, r: Resolved, **overrides: float) -> ComputeModel:
@@ -313,7 +338,8 @@ class ComputeModel:
             return 0.0
         compute = self.linear_time(tokens) + self._attn * pairs / self._attention
         memory = self.weights_read(tokens) + context * p.kv_bytes_per_token
-        return max(compute, memory / self._hbm) + self.unsplit_time(tokens) + self.allreduce_time(tokens)
+        gpu = max(compute, memory / self._hbm) + self.unsplit_time(tokens) + self.allreduce_time(tokens)
+        return max(gpu, self._prefill_floor)
 
     def prefill_latency(self, chunks: Iterable[tuple[int, int]]) -> float:
         """Seconds from the first stage starting a prefill batch to the last stage finishing it."""
@@ -331,4 +357,5 @@ class ComputeModel:
         p = self.params
         memory = self.weights_read(batch) + kv_tokens * p.kv_bytes_per_token
         compute = self.linear_time(batch) + self._attn * kv_tokens / self._attention
-        return max(memory / self._hbm, compute) + self.unsplit_time(batch) + self.allreduce_time(batch)
+        gpu = max(memory / self._hbm, compute) + self.unsplit_time(batch) + self.allreduce_time(batch)
+        return gpu + self._decode_fixed
