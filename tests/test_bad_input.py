@@ -112,6 +112,16 @@ SCENARIO_CASES = [
     ),
     pytest.param({**TINY, "hardware": {"memory_mib": 0}}, ["hardware.memory_mib", "greater than 0"], id="memory-zero"),
     pytest.param(
+        {**TINY, "hardware": {"allreduce_curve_exponent": 0}},
+        ["hardware.allreduce_curve_exponent", "greater than 0"],
+        id="allreduce-exponent-zero",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"custom_allreduce_max_mib": -1}},
+        ["hardware.custom_allreduce_max_mib", "greater than or equal to 0"],
+        id="negative-custom-allreduce-cap",
+    ),
+    pytest.param(
         {**TINY, "model": {"preset": "llama-3.1-8b", "weights_dtype": "int4"}},
         ["model.weights_dtype", "'bf16', 'fp16' or 'fp8'"],
         id="weights-dtype",

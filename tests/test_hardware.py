@@ -203,7 +203,20 @@ def test_calibration_file_carries_compute_parameters(tmp_path):
     assert load_calibration(cal).to_data()["compute"]["linear_mfu"] == 0.42  # survives a save
 
 
+def test_calibration_file_carries_the_allreduce_curve(tmp_path):
+    # A measured NCCL curve from the machine: half-peak at 4 MiB, exponent 1.
+    cal = _calibration(tmp_path, {"allreduce_half_peak_mib": 4.0, "allreduce_curve_exponent": 1.0})
+    p = ComputeParams.from_resolved(resolved(hardware={"calibration": cal}))
+    assert (p.allreduce_half_peak_bytes, p.allreduce_exponent) == (4.0 * 2**20, 1.0)
+    mine = ComputeParams.from_resolved(resolved(hardware={"calibration": cal, "allreduce_curve_exponent": 0.5}))
+    assert mine.allreduce_exponent == 0.5  # the scenario's own value wins
+
+
 BAD_COMPUTE = {
+    "zero exponent": (
+        {"allreduce_curve_exponent": 0},
+        "compute.allreduce_curve_exponent: expected a number in (0, 10]",
+    ),
     "efficiency above 1": ({"linear_mfu": 1.5}, "compute.linear_mfu: expected a number in (0, 1]"),
     "efficiency 0": ({"attention_mfu": 0}, "compute.attention_mfu: expected a number in (0, 1]"),
     "negative overhead": ({"step_overhead_us": -1}, "compute.step_overhead_us: expected a number in [0, 1e+09]"),

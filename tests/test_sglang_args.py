@@ -145,6 +145,7 @@ def test_max_running_requests_default_is_sglangs_rule_from_the_pool():
             "buffer_only",
         ),
         ("--attention-backend flashmla", "cache.page_size", 64),
+        ("--tp-size 8 --disable-custom-all-reduce", "hardware.custom_allreduce_max_mib", 0.0),
     ],
 )
 def test_each_modelled_flag_sets_its_field(flags, field, value):
@@ -246,3 +247,14 @@ def test_from_sglang_says_what_the_scenario_cannot_follow():
     )
     assert any("caps no storage prefetch timeout" in n for n in conv.notes)
     assert any("timed mode only" in n for n in conv.notes)
+
+
+def test_disabling_sglangs_custom_all_reduce_round_trips_and_a_cap_no_flag_sets_is_noted():
+    conv = from_command(f"{LLAMA} --tp-size 8 --disable-custom-all-reduce")
+    assert "--disable-custom-all-reduce" in to_command(conv.scenario)[0]
+    assert "--disable-custom-all-reduce" not in to_command(from_command(f"{LLAMA} --tp-size 8").scenario)[0]
+    sc = from_command(f"{LLAMA} --tp-size 8").scenario
+    sc = sc.model_copy(update={"hardware": sc.hardware.model_copy(update={"custom_allreduce_max_mib": 4.0})})
+    tokens, notes = to_command(sc)
+    assert "--disable-custom-all-reduce" not in tokens
+    assert any("custom_allreduce_max_mib=4.0: no SGLang flag sets the cap (8 MiB" in n for n in notes)

@@ -27,6 +27,8 @@ COMPUTE_FIELDS = {
     "hbm_efficiency": (0.0, 1.0, False),
     "moe_mfu": (0.0, 1.0, False),
     "allreduce_latency_us": (0.0, 1e9, True),
+    "allreduce_half_peak_mib": (0.0, 1e6, False),
+    "allreduce_curve_exponent": (0.0, 10.0, False),
     "step_overhead_us": (0.0, 1e9, True),
     "decode_us_per_layer": (0.0, 1e9, True),
     "prefill_eager_us_per_layer": (0.0, 1e9, True),

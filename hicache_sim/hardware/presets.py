@@ -170,8 +170,9 @@ class GPUPreset:
     """One GPU: dense tensor TFLOP/s (bf16, and fp8 where the GPU has it), HBM GB/s, the memory the
     device reports (MiB, as ``nvidia-smi`` / ``rocm-smi`` print it: what SGLang's profiling starts
     from) with where that figure comes from, its host link preset, and the all-reduce bus bandwidth
-    of 8 such GPUs in one node (GB/s, nccl-tests' ``busbw``: a ring all-reduce of ``S`` bytes over ``n``
-    ranks takes ``2 (n - 1) / n x S / busbw``)."""
+    of 8 such GPUs in one node at large messages (GB/s, nccl-tests' ``busbw``: a ring all-reduce of ``S``
+    bytes over ``n`` ranks takes ``2 (n - 1) / n x S / busbw``) with the fabric that connects them, which
+    decides the all-reduce kernels SGLang runs and their size curves (``hardware/allreduce.py``)."""
 
     name: str
     bf16_tflops: float
@@ -181,6 +182,7 @@ class GPUPreset:
     memory_source: str
     pcie: str
     allreduce_busbw_gbps: float
+    allreduce_fabric: str = "nvlink"
 
     @property
     def memory_bytes(self) -> int:
@@ -188,22 +190,26 @@ class GPUPreset:
 
 
 GPUS: Registry[GPUPreset] = Registry("gpu preset", "hardware.gpu")
-# All-reduce bus bandwidth (8 GPUs): measured on H800 (215, NVIDIA/nccl#1374) and H200 (475,
-# NVIDIA/nccl-tests#272); H100 480 as NCCL's developer states for 8 GPUs with NVLink SHARP
-# (NVIDIA/nccl-tests#212), H20 the same NVLink 4. Elsewhere an estimate: 0.82 of the per-direction link
-# rate (#212: 370 of 450 GB/s with ring), A100 300, B200 900, MI300X 7 x 64 GB/s, PCIe cards Gen4 25.1.
+# All-reduce bus bandwidth at large messages (8 GPUs): measured on H800 (215, NVIDIA/nccl#1374), H200
+# (475, NVIDIA/nccl-tests#272) and A100 (231.6 at 8 GiB, Azure/AI-benchmarking-guide ND A100 v4); H100
+# 480 as NCCL's developer states for 8 GPUs with NVLink SHARP (NVIDIA/nccl-tests#212), H20 the same
+# NVLink 4. Elsewhere an estimate: 0.82 of the per-direction link rate (#212: 370 of 450 GB/s with
+# ring), B200 900, MI300X 7 x 64 GB/s, PCIe cards Gen4 25.1. Smaller messages reach less
+# (hardware/allreduce.py).
 for _g in (
     GPUPreset("h100", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, H100 80GB HBM3", "gen5", 480.0),
     GPUPreset("h800", 989.4, 1978.9, 3350.0, 81559, "nvidia-smi, NVIDIA H800 (80 GB)", "gen5", 215.0),
     GPUPreset("h200", 989.4, 1978.9, 4800.0, 143771, "nvidia-smi, NVIDIA H200", "gen5", 475.0),
     GPUPreset("h20", 148.0, 296.0, 4000.0, 97871, "nvidia-smi, NVIDIA H20 (96 GB)", "gen5", 480.0),
     GPUPreset("h20-141g", 148.0, 296.0, 4800.0, 143771, "nvidia-smi, NVIDIA H20-3e (141 GB)", "gen5", 480.0),
-    GPUPreset("a100", 312.0, None, 2039.0, 81920, "nvidia-smi, A100 80GB", "gen4", 246.0),
-    GPUPreset("a10", 125.0, None, 600.0, 23028, "nvidia-smi, NVIDIA A10 (24 GB, ECC on)", "gen4", 20.6),
-    GPUPreset("l20", 119.5, 239.0, 864.0, 46068, "nvidia-smi, NVIDIA L20 (48 GB, ECC on)", "gen4", 20.6),
-    GPUPreset("l40s", 362.0, 733.0, 864.0, 46068, "nvidia-smi, L40S (48 GB, ECC on)", "gen4", 20.6),
+    GPUPreset("a100", 312.0, None, 2039.0, 81920, "nvidia-smi, A100 80GB", "gen4", 231.6),
+    GPUPreset("a10", 125.0, None, 600.0, 23028, "nvidia-smi, NVIDIA A10 (24 GB, ECC on)", "gen4", 20.6, "pcie"),
+    GPUPreset("l20", 119.5, 239.0, 864.0, 46068, "nvidia-smi, NVIDIA L20 (48 GB, ECC on)", "gen4", 20.6, "pcie"),
+    GPUPreset("l40s", 362.0, 733.0, 864.0, 46068, "nvidia-smi, L40S (48 GB, ECC on)", "gen4", 20.6, "pcie"),
     GPUPreset("b200", 2250.0, 4500.0, 8000.0, 183359, "nvidia-smi, NVIDIA B200", "gen5", 738.0),
-    GPUPreset("mi300x", 1307.4, 2614.9, 5300.0, 196288, "rocm-smi, 205,822,885,888 B VRAM total", "gen5_rocm", 367.0),
+    GPUPreset(
+        "mi300x", 1307.4, 2614.9, 5300.0, 196288, "rocm-smi, 205,822,885,888 B VRAM total", "gen5_rocm", 367.0, "xgmi"
+    ),
 ):
     GPUS.add(_g.name, _g)
 

@@ -18,6 +18,7 @@ from ..core import (
     WRITE_POLICIES,
 )
 from ..core.schedule import check_policy
+from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
 from ..hardware.presets import (
     GPUS,
     LINKS,
@@ -180,7 +181,34 @@ class HardwareSpec(_Strict):
         None, gt=0, description="tensor-parallel all-reduce bus bandwidth, GB/s (default: the GPU preset's)"
     )
     allreduce_latency_us: float = Field(
-        10.0, ge=0, le=MAX_COST_US, description="fixed cost of one tensor-parallel all-reduce, us"
+        10.0,
+        ge=0,
+        le=MAX_COST_US,
+        description="fixed cost of one tensor-parallel all-reduce through NCCL (or over PCIe), us; SGLang's "
+        "custom all-reduce kernels below custom_allreduce_max_mib have their own measured costs",
+    )
+    allreduce_half_peak_mib: float = Field(
+        NCCL_HALF_PEAK_MIB,
+        gt=0,
+        le=1e6,
+        description="message size at which NCCL's all-reduce reaches half of its peak bus bandwidth on "
+        "NVLink GPUs, MiB: busbw(S) = peak / (1 + (half / S)^allreduce_curve_exponent); default fitted "
+        "to measured 8 x H200 and 8 x A100 nccl-tests tables",
+    )
+    allreduce_curve_exponent: float = Field(
+        NCCL_EXPONENT,
+        gt=0,
+        le=10,
+        description="how steeply NCCL's all-reduce bus bandwidth rises with message size (1: the "
+        "saturating S / (S + half) of a PCIe copy; the measured curves rise more slowly)",
+    )
+    custom_allreduce_max_mib: float = Field(
+        CUSTOM_MAX_MIB,
+        ge=0,
+        le=1e6,
+        description="SGLang runs its custom all-reduce for messages strictly below this size on 2, 4, 6 "
+        "or 8 NVLink GPUs, NCCL above, MiB (SGLang's _MAX_CAR_SIZE, 8 MiB on CUDA); 0: never "
+        "(--disable-custom-all-reduce)",
     )
     step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
     decode_us_per_layer: float = Field(

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
 from ..core.schedule import check_policy
+from ..hardware.allreduce import CUSTOM_MAX_MIB
 from ..hardware.presets import MODELS, STORAGE
 from ..scenario.schema import AUTO
 from .flags import SglangArgsError
@@ -401,6 +402,24 @@ def _extra_write(ctx: WriteContext) -> list[str]:
     return [_EXTRA_FLAG, json.dumps(differ, sort_keys=True)] if differ else []
 
 
+_NO_CUSTOM_AR = "--disable-custom-all-reduce"
+
+
+def _custom_ar_read(ctx: ReadContext) -> dict[str, Any]:
+    return {"hardware.custom_allreduce_max_mib": 0.0} if ctx.args.get(_NO_CUSTOM_AR) is True else {}
+
+
+def _custom_ar_write(ctx: WriteContext) -> list[str]:
+    cap = ctx.sc.hardware.custom_allreduce_max_mib
+    if cap == 0:
+        return [_NO_CUSTOM_AR]
+    if cap != CUSTOM_MAX_MIB:
+        ctx.notes.append(
+            f"hardware.custom_allreduce_max_mib={cap}: no SGLang flag sets the cap ({CUSTOM_MAX_MIB:g} MiB on CUDA)"
+        )
+    return []
+
+
 def _refuse(flag: str, why: str) -> Row:
     def read(ctx: ReadContext) -> dict[str, Any]:
         if ctx.args.get(flag) is not None:
@@ -427,6 +446,7 @@ ROWS: tuple[Row, ...] = (
     ),
     field_row("--tp-size", "hardware.tp", _int, default=1),
     field_row("--pp-size", "hardware.pp", _int, default=1),
+    Row((_NO_CUSTOM_AR,), _custom_ar_read, _custom_ar_write),
     field_row("--mem-fraction-static", "hardware.mem_fraction_static", _float, default=None),
     field_row("--cuda-graph-max-bs-decode", "hardware.cuda_graph_max_bs", _int, default=None),
     field_row("--max-total-tokens", "cache.device_tokens", _human_int, default=None),

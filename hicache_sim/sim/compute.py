@@ -5,7 +5,7 @@ Prefill of ``n`` new tokens after ``c`` tokens already in the KV cache, on one r
                 + 2 x rows(n) x (routed_active / k) / (linear_peak x moe_mfu)     (rows: padded, below)
     attention = 4 x layers x attn_width x (n x c + n (n + 1) / 2)       (QK^T and PV, causal)
     bytes     = non-routed weights + the routed experts the n tokens reach + KV of the context
-    allreduce = 2 x layers x (latency + 2 (tp - 1) / tp x n x hidden x 2 B / busbw)   (tp > 1)
+    allreduce = 2 x layers x allreduce_time(n x hidden x 2 B, tp)     (tp > 1; hardware/allreduce.py)
     unsplit   = (tp - 1) / tp x n x layers x 2 B x (8 hidden + moe_share x (2 k + 1) hidden) / (HBM x eff)
     gpu       = max(linear + attention / (peak x attention_mfu), bytes / (HBM x hbm_efficiency)) + unsplit + allreduce
     time      = max(gpu, layers x host_per_layer)                      (the host floor, below)
@@ -19,7 +19,8 @@ to whole blocks of ``BLOCK_SIZE_M`` rows, so ``rows(T)`` is ``E x E[ceil(X / blo
 experts, 0.985 at the 32,768 of the ``moe_mfu`` measurement. ``linear_peak`` is the fp8 tensor peak when the
 model's weights are fp8 and the GPU has fp8 tensor cores, else the bf16 peak (attention runs in bf16).
 The all-reduces (after attention and after the MLP, not overlapped with compute) carry one bf16
-residual row per token over the GPUs' all-reduce bus bandwidth. ``unsplit`` is the memory traffic of
+residual row per token, through the kernel SGLang picks for that message size (its custom all-reduce
+below 8 MiB on NVLink, NCCL above, whose bus bandwidth rises with the size). ``unsplit`` is the memory traffic of
 the kernels tensor parallelism does not split, because every rank holds the whole residual stream
 after each all-reduce: the two residual-add RMSNorms of a layer (each reads the hidden and residual
 rows and writes both: 8 rows of ``hidden``), and in a MoE layer the top-k combine (the down projection
@@ -65,6 +66,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..hardware.allreduce import CUSTOM_MAX_MIB, MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB, AllReduceParams, allreduce_time
 from ..hardware.presets import WEIGHT_BYTES, ModelPreset
 from ..scenario import Resolved, compute_knobs
 from ..scenario.resolve import PREFILL_FLOOR_KNOB
@@ -98,10 +100,16 @@ class ComputeParams:
     num_experts: int = 0
     experts_per_token: int = 0
     moe_mfu: float = 0.25
-    # Tensor-parallel all-reduce: residual width, bus bandwidth (B/s) and fixed cost of one collective.
+    # Tensor-parallel all-reduce: residual width, large-message bus bandwidth (B/s), fixed cost of one
+    # NCCL collective, NCCL's size curve (half-peak size in bytes, exponent), SGLang's custom
+    # all-reduce cap (bytes, 0: none) and the fabric whose kernels run (hardware/allreduce.py).
     hidden_size: int = 0
     allreduce_Bps: float = 0.0
     allreduce_latency_s: float = 0.0
+    allreduce_half_peak_bytes: float = NCCL_HALF_PEAK_MIB * MIB
+    allreduce_exponent: float = NCCL_EXPONENT
+    custom_allreduce_max_bytes: float = CUSTOM_MAX_MIB * MIB
+    allreduce_fabric: str = "nvlink"
     # HBM bytes per token of the kernels TP does not split (norms, top-k combine), this rank's layers.
     unsplit_bytes_per_token: float = 0.0
     # Host seconds to issue one layer of a prefill forward (eager, or between a prefill graph's breaks):
@@ -125,14 +133,16 @@ class ComputeParams:
             "kv_bytes_per_token",
             "routed_params",
             "allreduce_latency_s",
+            "custom_allreduce_max_bytes",
             "unsplit_bytes_per_token",
             "prefill_host_s_per_layer",
             "decode_s_per_layer",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"compute.{name} must be >= 0, got {getattr(self, name)}")
-        if self.moe_mfu <= 0:
-            raise ValueError(f"compute.moe_mfu must be > 0, got {self.moe_mfu}")
+        for name in ("moe_mfu", "allreduce_half_peak_bytes", "allreduce_exponent"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"compute.{name} must be > 0, got {getattr(self, name)}")
         if self.tp > 1 and self.allreduce_Bps <= 0:
             raise ValueError(f"compute.allreduce_Bps must be > 0 with tp {self.tp}, got {self.allreduce_Bps}")
         if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
@@ -176,6 +186,10 @@ class ComputeParams:
             hidden_size=m.hidden,
             allreduce_Bps=(hw.allreduce_busbw_gbps or r.gpu.allreduce_busbw_gbps) * 1e9,
             allreduce_latency_s=k["allreduce_latency_us"] * 1e-6,
+            allreduce_half_peak_bytes=k["allreduce_half_peak_mib"] * MIB,
+            allreduce_exponent=k["allreduce_curve_exponent"],
+            custom_allreduce_max_bytes=hw.custom_allreduce_max_mib * MIB,
+            allreduce_fabric=r.gpu.allreduce_fabric,
             unsplit_bytes_per_token=unsplit_bytes_per_token(m, r.stage_layers),
             prefill_host_s_per_layer=k[PREFILL_FLOOR_KNOB[r.prefill_graph]] * 1e-6,
             decode_s_per_layer=k["decode_us_per_layer"] * 1e-6,
@@ -260,10 +274,18 @@ class ComputeModel:
         self._routed_bytes = params.routed_params * params.bytes_per_param
         self._dense_bytes = params.weight_bytes - self._routed_bytes
         tp = params.tp
-        # Two all-reduces per layer (after attention, after the MLP or experts), ring: each rank sends
-        # and receives 2 (tp - 1) / tp of the message; the message is one bf16 residual row per token.
+        # Two all-reduces per layer (after attention, after the MLP or experts), each of one bf16
+        # residual row per token.
         self._allreduces = 2 * params.num_layers if tp > 1 else 0
-        self._ar_per_token = 2.0 * (tp - 1) / tp * params.hidden_size * 2.0 / params.allreduce_Bps if tp > 1 else 0.0
+        self._ar_bytes_per_token = params.hidden_size * ACTIVATION_BYTES
+        self._ar = AllReduceParams(
+            peak_Bps=params.allreduce_Bps,
+            latency_s=params.allreduce_latency_s,
+            half_peak_bytes=params.allreduce_half_peak_bytes,
+            exponent=params.allreduce_exponent,
+            custom_max_bytes=params.custom_allreduce_max_bytes,
+            fabric=params.allreduce_fabric,
+        )
         # What dividing the per-GPU efficiencies' work by tp took away from the kernels TP does not split.
         self._unsplit_per_token = (tp - 1) / tp * params.unsplit_bytes_per_token / self._hbm
         # The host issues a prefill's kernels layer by layer ahead of the GPU: the forward lasts as long
@@ -321,7 +343,7 @@ class ComputeModel:
         """Seconds of tensor-parallel all-reduces for a step over ``tokens`` tokens (0 without TP)."""
         if not self._allreduces:
             return 0.0
-        return self._allreduces * (self.params.allreduce_latency_s + tokens * self._ar_per_token)
+        return self._allreduces * allreduce_time(self._ar, tokens * self._ar_bytes_per_token, self.params.tp)
 
     def prefill_time(self, chunks: Iterable[tuple[int, int]]) -> float:
         """Seconds one rank (one pipeline stage) spends on ``(new_tokens, cached_context_tokens)`` chunks
