@@ -11,10 +11,14 @@ from test_sim_support import resolved
 
 from hicache_sim.sim import ComputeModel, ComputeParams
 
+#: The roofline alone: no per-layer host floor for prefill, no per-layer decode cost (tested on their own
+#: below), so the tests of the roofline's terms compare against those terms only.
+ROOFLINE = {"prefill_graph_us_per_layer": 0.0, "prefill_eager_us_per_layer": 0.0, "decode_us_per_layer": 0.0}
+
 
 @pytest.fixture(scope="module")
 def params() -> ComputeParams:
-    return ComputeParams.from_resolved(resolved())
+    return ComputeParams.from_resolved(resolved(hardware=ROOFLINE))
 
 
 def _linear_and_attention(p: ComputeParams, n: int, c: int) -> tuple[float, float]:
@@ -113,8 +117,8 @@ def test_tensor_parallel_splits_one_requests_prefill_pipeline_parallel_does_not(
 
 
 def test_pipeline_decode_keeps_the_per_token_latency_and_splits_the_kv_reads():
-    one = ComputeModel.from_resolved(resolved())
-    pp4 = ComputeModel.from_resolved(resolved(hardware={"pp": 4}))
+    one = ComputeModel.from_resolved(resolved(hardware=ROOFLINE))
+    pp4 = ComputeModel.from_resolved(resolved(hardware={"pp": 4, **ROOFLINE}))
     p1 = one.params
     hbm = p1.hbm_Bps * p1.hbm_efficiency
     # One request: its token crosses four stages of a quarter of the weights each.
@@ -236,7 +240,8 @@ def test_moe_decode_reads_only_the_experts_its_tokens_reach():
     # One token reaches exactly its 8 of 128 experts per layer: 1/16 of the routed weights.
     assert m.experts_touched(1) == pytest.approx(8)
     unsplit = 7 / 8 * 94 * 25 * 4096 * 2 / hbm  # one token's norms and top-8 combine (above)
-    one = (dense_bytes + routed_bytes / 16) / hbm + unsplit + ar + 188 * 4096 * 2 * 1.75 / (0.311 * 215e9)
+    fixed = 94 * 47e-6  # each layer's small kernels (hardware.decode_us_per_layer)
+    one = (dense_bytes + routed_bytes / 16) / hbm + unsplit + ar + 188 * 4096 * 2 * 1.75 / (0.311 * 215e9) + fixed
     assert m.decode_time(1, 0) == pytest.approx(one, rel=1e-9)
     # 64 tokens miss an expert with probability (120/128)^64 = 1.6%: 125.9 experts read.
     assert m.experts_touched(64) == pytest.approx(128 * (1 - (15 / 16) ** 64))
@@ -289,3 +294,41 @@ def test_unsplit_kernels_add_only_what_tp_took_away(params):
     # TP 8: 7/8 of the traffic comes back, so TP 8 of the same step costs more than 1/8 of TP 1's.
     m8 = _qwen3_235b_on_8_h800()
     assert m8.unsplit_time(1) == pytest.approx(7 / 8 * 94 * 25 * 4096 * 2 / (3350e9 * 0.8))
+
+
+def test_a_short_eager_prefill_waits_for_the_host_issuing_its_layers():
+    """SGLang runs a prefill forward eagerly (no prefill CUDA graph) as Python issuing each layer's
+    kernels: a 1-token DeepSeek-V3 forward took 82.6 ms over 61 layers (sgl-project/sglang#12160), so a
+    prefill lasts at least layers x 1.35 ms however little GPU work it has; a long one is GPU-bound."""
+    eager = ComputeModel.from_resolved(resolved(scheduler={"cuda_graph_backend_prefill": "disabled"}))
+    graph = ComputeModel.from_resolved(resolved())  # auto: breakable, 0.38 ms per layer
+    roof = ComputeModel.from_resolved(resolved(hardware=ROOFLINE))
+    assert eager.prefill_time([(1, 0)]) == pytest.approx(32 * 1.35e-3)
+    assert graph.prefill_time([(1, 0)]) == pytest.approx(32 * 0.38e-3)
+    assert roof.prefill_time([(1, 0)]) < graph.prefill_time([(1, 0)])
+    long = [(32768, 0)]
+    assert roof.prefill_time(long) > 32 * 1.35e-3
+    assert eager.prefill_time(long) == graph.prefill_time(long) == roof.prefill_time(long)
+
+
+def test_the_prefill_graph_backend_resolves_as_sglang_0523_resolves_it():
+    assert resolve_prefill(resolved()) == "breakable"
+    assert resolve_prefill(resolved(hardware={"pp": 2})) == "disabled"  # PP turns the default off
+    assert resolve_prefill(resolved(hardware={"pp": 2}, scheduler={"cuda_graph_backend_prefill": "full"})) == "full"
+    pp2 = ComputeModel.from_resolved(resolved(hardware={"pp": 2}))
+    assert pp2.prefill_time([(1, 0)]) == pytest.approx(16 * 1.35e-3)  # 16 layers per stage, eager
+
+
+def resolve_prefill(r) -> str:
+    return r.prefill_graph
+
+
+def test_every_decode_step_pays_its_layers_small_kernels():
+    base = ComputeModel.from_resolved(resolved(hardware=ROOFLINE))
+    with_fixed = ComputeModel.from_resolved(resolved())
+    for batch, kv in ((1, 1000), (64, 64 * 4000)):
+        assert with_fixed.decode_time(batch, kv) - base.decode_time(batch, kv) == pytest.approx(32 * 47e-6)
+    pp4 = ComputeModel.from_resolved(resolved(hardware={"pp": 4}))
+    pp4_roof = ComputeModel.from_resolved(resolved(hardware={"pp": 4, **ROOFLINE}))
+    # one token crosses the four stages of 8 layers: the same 32 layers' cost
+    assert pp4.decode_time(1, 1000) - pp4_roof.decode_time(1, 1000) == pytest.approx(32 * 47e-6)

@@ -420,6 +420,25 @@ def _custom_ar_write(ctx: WriteContext) -> list[str]:
     return []
 
 
+_NO_PREFILL_GRAPH = "--disable-prefill-cuda-graph"
+_PREFILL_GRAPH_BACKENDS = ("full", "breakable", "disabled")
+
+
+def _prefill_graph_read(ctx: ReadContext) -> dict[str, Any]:
+    """``--cuda-graph-backend-prefill``, or its convenience ``--disable-prefill-cuda-graph`` (the
+    backend flag wins when both are given, as SGLang folds the convenience flag in first)."""
+    raw = ctx.args.get("--cuda-graph-backend-prefill")
+    if raw is not None:
+        return {
+            "scheduler.cuda_graph_backend_prefill": _choice(_PREFILL_GRAPH_BACKENDS)(
+                "--cuda-graph-backend-prefill", raw
+            )
+        }
+    if ctx.args.get(_NO_PREFILL_GRAPH) is True:
+        return {"scheduler.cuda_graph_backend_prefill": "disabled"}
+    return {}
+
+
 def _refuse(flag: str, why: str) -> Row:
     def read(ctx: ReadContext) -> dict[str, Any]:
         if ctx.args.get(flag) is not None:
@@ -449,6 +468,11 @@ ROWS: tuple[Row, ...] = (
     Row((_NO_CUSTOM_AR,), _custom_ar_read, _custom_ar_write),
     field_row("--mem-fraction-static", "hardware.mem_fraction_static", _float, default=None),
     field_row("--cuda-graph-max-bs-decode", "hardware.cuda_graph_max_bs", _int, default=None),
+    Row(
+        ("--cuda-graph-backend-prefill", _NO_PREFILL_GRAPH),
+        _prefill_graph_read,
+        field_row("--cuda-graph-backend-prefill", "scheduler.cuda_graph_backend_prefill", str, default=AUTO).write,
+    ),
     field_row("--max-total-tokens", "cache.device_tokens", _human_int, default=None),
     Row(("--page-size", "--attention-backend"), _page_read, _page_write),
     field_row("--chunked-prefill-size", "scheduler.chunked_prefill_size", _chunk_parse, default=AUTO, show=_chunk_show),
