@@ -144,3 +144,70 @@ def test_an_earlier_run_on_the_same_server_leaves_its_prompts_cached():
     d8 = _rows(longer)
     assert d8.loc["p1", "device_hit_tokens"] == 235  # 236 tokens in both runs
     assert d8.loc["p2", "device_hit_tokens"] == 909  # 909 of 3,981 cached by the earlier run
+
+
+def test_earlier_runs_go_one_after_another_then_the_warmup():
+    earlier = [
+        {"random_input_len": 400, "random_output_len": 30, "num_prompts": 4, "max_concurrency": 1},
+        {"random_input_len": 800, "random_output_len": 30, "num_prompts": 3},
+    ]
+    out = simulate(_scenario(random_input_len=600, random_output_len=8, num_prompts=3, earlier_runs=earlier))
+    df = _rows(out)
+    run0 = df[df.index.str.startswith("run0")]
+    run1 = df[df.index.str.startswith("run1")]
+    # run 0 at its concurrency 1: each prompt sent when the one before finished
+    assert run0["arrival_s"].iloc[1:].to_numpy() == pytest.approx(run0["finish_s"].iloc[:-1].to_numpy())
+    assert (run1["arrival_s"] == run0["finish_s"].max()).all()  # run 1 all at once, after run 0
+    assert df.loc["warmup0", "arrival_s"] == pytest.approx(run1["finish_s"].max())
+    # run 1's prompt i extends run 0's prompt i, whose prompt and answer are cached: it hits the prompt
+    assert (run1["device_hit_tokens"] > 0).all()
+
+
+def test_an_earlier_runs_answers_take_pool_pages():
+    """SGLang caches prompt + answer at finish: long answers of an earlier run fill the pool and push
+    its prompts out, where prompts alone would all have stayed."""
+    base = {"random_input_len": 1000, "num_prompts": 10, "max_concurrency": 1}
+    long_answers = [{**base, "random_output_len": 4000}]
+    short_answers = [{**base, "random_output_len": 1}]
+
+    def hits(earlier):
+        sc = _scenario(random_input_len=1000, random_output_len=4, num_prompts=10, earlier_runs=earlier)
+        sc = sc.model_copy(update={"cache": sc.cache.model_copy(update={"device_tokens": 14_000})})
+        return _rows(simulate(sc)).filter(regex="^p", axis=0)["device_hit_tokens"].sum()
+
+    prompts = 6101 - 10  # every measured prompt but its last token, when only the prompts were kept
+    assert hits(short_answers) == prompts
+    assert hits(long_answers) < prompts
+
+
+def test_a_finite_rate_sends_at_the_drawn_gaps_after_the_pause():
+    out = simulate(_scenario(random_input_len=300, random_output_len=4, num_prompts=5, request_rate=2.0))
+    df = _rows(out)
+    spec = BenchServingSpec(random_input_len=300, random_output_len=4, num_prompts=5, request_rate=2.0)
+    _, _, send = bench_serving_lengths(spec, 1)
+    start = df.loc["warmup0", "finish_s"] + 1.0
+    sent = df.filter(regex="^p", axis=0)["arrival_s"].to_numpy()
+    assert sent == pytest.approx(start + send)
+
+
+def test_no_warmup_means_no_pause():
+    out = simulate(_scenario(random_input_len=300, random_output_len=4, num_prompts=3, warmup_requests=0))
+    df = _rows(out)
+    assert list(df.index) == ["p0", "p1", "p2"] and (df["arrival_s"] == 0.0).all()
+    assert out.summary["window"]["first_request"] == 0
+
+
+def test_a_rejected_request_frees_its_slot():
+    sc = _scenario(random_input_len=3000, random_output_len=4, num_prompts=6, max_concurrency=1, warmup_requests=0)
+    sc = sc.model_copy(update={"cache": sc.cache.model_copy(update={"device_tokens": 2500})})
+    df = _rows(simulate(sc))
+    assert (df["status"] == "rejected").any() and (df["status"] == "finished").any()
+    assert len(df) == 6  # every request was sent: a rejection does not hold the semaphore
+
+
+def test_the_serving_block_counts_every_request_of_the_run_whatever_the_warmup_share():
+    sc = _scenario(random_input_len=300, random_output_len=8, num_prompts=6)
+    sc = sc.model_copy(update={"metrics": sc.metrics.model_copy(update={"warmup_fraction": 0.5})})
+    s = simulate(sc).summary
+    assert s["window"]["first_request"] == 3  # the hit-rate window takes the share
+    assert s["serving"]["completed"] == 6  # bench_serving's block does not

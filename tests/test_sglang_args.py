@@ -109,6 +109,7 @@ def test_max_running_requests_default_is_sglangs_rule_from_the_pool():
         ("--cuda-graph-max-bs-decode 64", "hardware.cuda_graph_max_bs", 64),
         ("--cuda-graph-backend-prefill disabled", "scheduler.cuda_graph_backend_prefill", "disabled"),
         ("--disable-prefill-cuda-graph", "scheduler.cuda_graph_backend_prefill", "disabled"),
+        ("--disable-cuda-graph", "scheduler.cuda_graph_backend_prefill", "disabled"),
         ("--cuda-graph-backend-prefill full", "scheduler.cuda_graph_backend_prefill", "full"),
         ("--max-total-tokens 1M", "cache.device_tokens", 1_000_000),
         ("--max-total-tokens 512Ki", "cache.device_tokens", 524_288),

@@ -207,7 +207,12 @@ def write_results(rows: list[Row], out_dir: Path, command: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validation", description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="*", help="case ids (default: all)")
-    ap.add_argument("--fast", action="store_true", help="stop round-barrier runs at the last published round")
+    ap.add_argument(
+        "--fast",
+        action="store_true",
+        help="the CI subset: stop round-barrier runs at the last published round, and run only a case's "
+        "fast_runs when it names them",
+    )
     ap.add_argument("--out", default=str(OUT_DIR), help="result folder (default: results/validation)")
     a = ap.parse_args(argv)
     rows: list[Row] = []

@@ -13,7 +13,8 @@ import numpy as np
 from .columns import Columns
 
 SCOPE = (
-    "window: finished requests after the warm-up, as bench_serving reports them (np.mean, np.median, "
+    "the run's finished requests (its warm-up and earlier runs excluded, metrics.warmup_fraction not "
+    "applied), as bench_serving reports them (np.mean, np.median, "
     "np.percentile 99; TPOT over requests of more than one output token; duration first send to last finish)"
 )
 

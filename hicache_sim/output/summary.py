@@ -53,7 +53,7 @@ def window_of(n_requests: int, warmup_fraction: float, warmup_requests: int = 0)
     first = min(n_requests, max(math.floor(n_requests * warmup_fraction), warmup_requests))
     why = f"first {warmup_fraction:.0%} excluded as warm-up"
     if warmup_requests and first == warmup_requests:
-        why = f"the workload's {warmup_requests} warm-up request(s) excluded"
+        why = f"the workload's {warmup_requests} unmeasured request(s) excluded (warm-up, earlier runs)"
     return {
         "warmup_fraction": warmup_fraction,
         "first_request": first,
@@ -140,6 +140,7 @@ def build_summary(
     if "round" in requests:
         summary["rounds"] = per_round(requests, timed is not None)
     if serving and timed is not None:
-        summary["serving"] = serving_metrics(measured)
+        # bench_serving reports every request of its run, whatever warm-up share the scenario measures
+        summary["serving"] = serving_metrics(requests.take(slice(warmup_requests, None)))
     summary["scopes"] = {key: SCOPES[key] for key in summary if key != "mode"}  # every figure is labelled
     return summary

@@ -177,14 +177,24 @@ PREFILL_FLOOR_KNOB = {
 }
 
 
-def prefill_graph_backend(sc: Scenario) -> str:
+#: When sglang 0.5.23 turns its default breakable prefill graph off (``arg_groups/cuda_graph_hook.py``):
+#: (why, does it apply to (scenario, model)). The first that applies wins.
+PREFILL_GRAPH_OFF = (
+    # apply_cuda_graph_compatibility: PP prefill graph replay is opt-in
+    ("pipeline parallelism", lambda sc, model: sc.hardware.pp > 1),
+    # disable_prefill_cuda_graph_for_deepseek_trtllm_mla: DeepSeek-V3-architecture (MLA) models on
+    # sm100 (the b200 preset) default to the trtllm_mla backend, which a prefill graph would regress
+    ("DeepSeek MLA on trtllm_mla (sm100)", lambda sc, model: model.attention == "mla" and sc.hardware.gpu == "b200"),
+)
+
+
+def prefill_graph_backend(sc: Scenario, model: ModelPreset) -> str:
     """``--cuda-graph-backend-prefill`` as SGLang runs it: the scenario's, or for ``auto`` sglang
-    0.5.23's default, breakable, which it turns off under pipeline parallelism
-    (``cuda_graph_hook.apply_cuda_graph_compatibility``)."""
+    0.5.23's default, breakable, unless a rule of ``PREFILL_GRAPH_OFF`` turns it off."""
     given = sc.scheduler.cuda_graph_backend_prefill
     if given != AUTO:
         return given
-    return "disabled" if sc.hardware.pp > 1 else "breakable"
+    return "disabled" if any(applies(sc, model) for _, applies in PREFILL_GRAPH_OFF) else "breakable"
 
 
 def chunked_prefill_size(sc: Scenario, gpu: GPUPreset) -> int | None:
@@ -315,7 +325,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         chunked_prefill_size=chunk,
         max_running_requests=running,
         cuda_graph_max_bs=graph_bs,
-        prefill_graph=prefill_graph_backend(sc),
+        prefill_graph=prefill_graph_backend(sc, model),
         io_backend=io,
         mem_layout=layout,
         stage_layers=stage_layers,

@@ -421,6 +421,7 @@ def _custom_ar_write(ctx: WriteContext) -> list[str]:
 
 
 _NO_PREFILL_GRAPH = "--disable-prefill-cuda-graph"
+_NO_GRAPHS = "--disable-cuda-graph"
 _PREFILL_GRAPH_BACKENDS = ("full", "breakable", "disabled")
 
 
@@ -434,7 +435,12 @@ def _prefill_graph_read(ctx: ReadContext) -> dict[str, Any]:
                 "--cuda-graph-backend-prefill", raw
             )
         }
-    if ctx.args.get(_NO_PREFILL_GRAPH) is True:
+    if ctx.args.get(_NO_GRAPHS) is True:
+        ctx.notes.append(
+            f"{_NO_GRAPHS}: prefill runs eagerly (its host floor); decode without CUDA graphs is not modelled "
+            "(decode steps keep the graph's per-layer cost)"
+        )
+    if ctx.args.get(_NO_PREFILL_GRAPH) is True or ctx.args.get(_NO_GRAPHS) is True:
         return {"scheduler.cuda_graph_backend_prefill": "disabled"}
     return {}
 
@@ -469,7 +475,7 @@ ROWS: tuple[Row, ...] = (
     field_row("--mem-fraction-static", "hardware.mem_fraction_static", _float, default=None),
     field_row("--cuda-graph-max-bs-decode", "hardware.cuda_graph_max_bs", _int, default=None),
     Row(
-        ("--cuda-graph-backend-prefill", _NO_PREFILL_GRAPH),
+        ("--cuda-graph-backend-prefill", _NO_PREFILL_GRAPH, _NO_GRAPHS),
         _prefill_graph_read,
         field_row("--cuda-graph-backend-prefill", "scheduler.cuda_graph_backend_prefill", str, default=AUTO).write,
     ),

@@ -100,7 +100,7 @@ class ServingLoop:
         self.spec = workload.serving
         self.cap = self.spec.max_concurrency
         self.in_flight = 0
-        self.warming = self.spec.warmup
+        self.warming = 0  # unmeasured requests of the current phase still in flight or unsent
         self.delivered = 0
         self._slot = env.event()
         self._warm = env.event()
@@ -111,30 +111,43 @@ class ServingLoop:
         self.delivered += 1
         self.deliver(i, self.requests[i])
 
-    def _run(self) -> Generator:
-        env, w = self.env, self.spec.warmup
-        if w:
-            for i in range(w):  # asyncio.gather of the warm-up requests: all at once
-                self._send(i)
-            yield self._warm
-            yield env.timeout(self.spec.warmup_pause_s)
-        start = env.now
-        for i in range(w, len(self.requests)):
-            due = start + self.requests[i].arrival_s
-            if due > env.now:
-                yield env.timeout(due - env.now)
-            while self.cap is not None and self.in_flight >= self.cap:
+    def _send_capped(self, indices: range, cap: int | None, start: float | None) -> Generator:
+        """Send ``indices`` in order, each at ``start + arrival_s`` (None: at once), at most ``cap`` in
+        flight."""
+        env = self.env
+        for i in indices:
+            if start is not None:
+                due = start + self.requests[i].arrival_s
+                if due > env.now:
+                    yield env.timeout(due - env.now)
+            while cap is not None and self.in_flight >= cap:
                 yield self._slot
             self._send(i)
 
+    def _run(self) -> Generator:
+        env, w = self.env, self.spec.warmup
+        first = 0
+        for count, cap in self.spec.phases or ((w, None),):
+            if not count:
+                continue
+            self.warming = count
+            self._warm = env.event()
+            yield from self._send_capped(range(first, first + count), cap, None)
+            if self.warming:
+                yield self._warm
+            first += count
+        if w:
+            yield env.timeout(self.spec.warmup_pause_s)
+        yield from self._send_capped(range(w, len(self.requests)), self.cap, env.now)
+
     def on_done(self, req: Request) -> None:
-        """A finished (or rejected) request frees its slot; the last warm-up one starts the run."""
+        """A finished (or rejected) request frees its slot; the last of an unmeasured phase starts the
+        next one (or, after the warm-up, the run)."""
         self.in_flight -= 1
         if self.warming:
             self.warming -= 1
             if not self.warming:
                 self._warm.succeed()
-            return
         if not self._slot.triggered:
             self._slot.succeed()
             self._slot = self.env.event()

@@ -20,7 +20,7 @@ from .records import Request
 from .workload import ServingSpec, Workload
 
 # Integer tags for stream ids: tuples of ints hash the same in every process (strings do not).
-CLIENT, SYSTEM, QUESTION, DOC, QUERY, PREFIX, OWN, PROMPT = range(1, 9)
+CLIENT, SYSTEM, QUESTION, DOC, QUERY, PREFIX, OWN, PROMPT, ANSWER = range(1, 10)
 
 
 def _rng(seed: int, subsystem: str) -> np.random.Generator:
@@ -120,29 +120,50 @@ def bench_serving_lengths(spec, seed: int) -> tuple[np.ndarray, np.ndarray, np.n
     return inp, out, send
 
 
+def _answered_keys(prompt: int, answer: int, tokens: int, out: int, page_size: int) -> tuple[int, ...]:
+    """Whole pages SGLang caches when a request of ``tokens`` prompt tokens (stream ``prompt``) finishes
+    an ``out``-token answer (stream ``answer``, starting where the prompt ends): prompt + answer minus
+    the last token, page-aligned; the page holding the prompt's end is the answer stream's."""
+    whole = tokens // page_size
+    total = max(0, tokens + out - 1) // page_size
+    return stream_keys(prompt, whole * page_size, page_size, "drop") + tuple(
+        hash((answer, j)) for j in range(whole, total)
+    )
+
+
 def bench_serving(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:
-    """bench_serving's random dataset: independent prompts (no two share a prefix), the warm-up copies
-    of prompt 0 first (their answers are not known, so only the prompt is cached when they finish).
-    An answer drawn as 0 tokens (``answer_floor`` 0) is simulated as 1: the prefill's own token."""
+    """bench_serving's random dataset: independent prompts (no two share a prefix); first the runs made
+    before on the same server (each all its prompts, at its concurrency, after the one before it
+    finished), then the warm-up copies of prompt 0, then the run. Prompt i of every run with the seed is
+    cut from one token stream (a longer one extends a shorter one); its greedy answer continues the
+    prompt, so equal prompts have equal answers. A request caches prompt + answer when it finishes, as
+    SGLang does. An answer drawn as 0 tokens (``answer_floor`` 0) is simulated as 1: the prefill's own
+    token."""
     seed = spec.seed if spec.seed is not None else seed
     inp, out, send = bench_serving_lengths(spec, seed)
 
-    def keys(i: int, tokens: int) -> tuple[int, ...]:
-        # prompt i of every run with this seed is cut from the same token stream: a prefix of the longer
-        return stream_keys(hash((seed, PROMPT, i)), tokens, page_size, partial)
+    def request(rid: str, t: float, i: int, tokens: int, answer: int) -> Request:
+        stream = hash((seed, PROMPT, i))
+        keys = stream_keys(stream, tokens, page_size, partial)
+        done = _answered_keys(stream, hash((seed, ANSWER, i, tokens)), tokens, answer, page_size)
+        return Request(rid, t, tokens, answer, keys, finish_keys=done)
 
-    reqs = []
+    reqs: list[Request] = []
+    phases: list[tuple[int, int | None]] = []
     for k, run in enumerate(spec.earlier_runs):
         earlier = spec.model_copy(update={**run.model_dump(), "request_rate": "inf", "earlier_runs": []})
-        lens = bench_serving_lengths(earlier, seed)[0]  # the prompt lengths come first in its draws
-        reqs.extend(Request(f"run{k}p{i}", 0.0, int(n), 1, keys(i, int(n))) for i, n in enumerate(lens))
+        e_inp, e_out, _ = bench_serving_lengths(earlier, seed)
+        reqs.extend(
+            request(f"run{k}p{i}", 0.0, i, int(n), max(1, int(o))) for i, (n, o) in enumerate(zip(e_inp, e_out))
+        )
+        phases.append((len(e_inp), run.max_concurrency))
     warm_out = max(1, min(int(out[0]), WARMUP_OUTPUT_CAP))
-    for w in range(spec.warmup_requests):
-        reqs.append(Request(f"warmup{w}", 0.0, int(inp[0]), warm_out, keys(0, int(inp[0]))))
+    reqs.extend(request(f"warmup{w}", 0.0, 0, int(inp[0]), warm_out) for w in range(spec.warmup_requests))
+    phases.append((spec.warmup_requests, None))  # asyncio.gather of the warm-up requests: all at once
     unmeasured = len(reqs)
     for i in range(spec.num_prompts):
-        reqs.append(Request(f"p{i}", float(send[i]), int(inp[i]), max(1, int(out[i])), keys(i, int(inp[i]))))
-    return Workload(reqs, serving=ServingSpec(spec.max_concurrency, unmeasured))
+        reqs.append(request(f"p{i}", float(send[i]), i, int(inp[i]), max(1, int(out[i]))))
+    return Workload(reqs, serving=ServingSpec(spec.max_concurrency, unmeasured, tuple(phases)))
 
 
 def shared_prefix(spec, page_size: int, seed: int, partial: str = "keep") -> Workload:

@@ -12,12 +12,16 @@ from .records import Request
 
 @dataclass(frozen=True)
 class ServingSpec:
-    """How SGLang's bench_serving sends: warm-up requests first (all at once, then a pause once they
-    finished), then the run's requests at their times through a semaphore of ``max_concurrency``
-    (None: no cap); waiting requests get a slot in their order."""
+    """How SGLang's bench_serving sends: the unmeasured requests at the head of the workload first, in
+    ``phases`` of (count, in-flight cap or None) each sent when the previous one has finished (earlier
+    runs on the same server, then its warm-up, sent all at once), then a pause, then the run's
+    requests at their times through a semaphore of ``max_concurrency`` (None: no cap); waiting
+    requests get a slot in their order."""
 
     max_concurrency: int | None = None
     warmup: int = 0
+    #: The unmeasured requests' groups in order (they sum to ``warmup``); empty: one group of ``warmup``.
+    phases: tuple[tuple[int, int | None], ...] = ()
     #: bench_serving sleeps 1 s between the warm-up and the run (``time.sleep(1.0)``).
     warmup_pause_s: float = 1.0
 

@@ -18,8 +18,10 @@ class EarlierRun(KindSpec):
     the same sampled conversation), so what it left cached is hit."""
 
     random_input_len: int = Field(gt=0, description="that run's --random-input-len")
+    random_output_len: int = Field(1024, gt=0, description="that run's --random-output-len (its answers stay cached)")
     num_prompts: int = Field(gt=0, le=1_000_000, description="that run's --num-prompts")
     random_range_ratio: float = Field(0.0, ge=0, le=1, description="that run's --random-range-ratio")
+    max_concurrency: int | None = Field(None, gt=0, description="that run's --max-concurrency")
 
 
 class BenchServingSpec(KindSpec):
@@ -63,8 +65,8 @@ class BenchServingSpec(KindSpec):
     earlier_runs: list[EarlierRun] = Field(
         default_factory=list,
         description="bench_serving runs made before this one on the same server with the same seed, in "
-        "order: their prompts are sent (unmeasured, one token answers) before this run's warm-up, so "
-        "the cache holds what they left",
+        "order: each sends its prompts (unmeasured, with their answers, at its concurrency) after the one "
+        "before it finished, then this run's warm-up follows, so the cache holds what they left",
     )
 
     @field_validator("request_rate", mode="before")
