@@ -312,20 +312,16 @@ def test_a_short_eager_prefill_waits_for_the_host_issuing_its_layers():
 
 
 def test_the_prefill_graph_backend_resolves_as_sglang_0523_resolves_it():
-    assert resolve_prefill(resolved()) == "breakable"
-    assert resolve_prefill(resolved(hardware={"pp": 2})) == "disabled"  # PP turns the default off
-    assert resolve_prefill(resolved(hardware={"pp": 2}, scheduler={"cuda_graph_backend_prefill": "full"})) == "full"
+    assert resolved().prefill_graph == "breakable"
+    assert resolved(hardware={"pp": 2}).prefill_graph == "disabled"  # PP turns the default off
+    assert resolved(hardware={"pp": 2}, scheduler={"cuda_graph_backend_prefill": "full"}).prefill_graph == "full"
     pp2 = ComputeModel.from_resolved(resolved(hardware={"pp": 2}))
     assert pp2.prefill_time([(1, 0)]) == pytest.approx(16 * 1.35e-3)  # 16 layers per stage, eager
     # DeepSeek (MLA) on a B200 runs trtllm_mla, for which SGLang turns the prefill graph off
     r1 = dict(model="deepseek-r1", hardware={"gpu": "b200", "tp": 8}, cache={"device_tokens": 64 * 100})
-    assert resolve_prefill(resolved(**r1)) == "disabled"
-    assert resolve_prefill(resolved(**{**r1, "hardware": {"gpu": "h200", "tp": 8}})) == "breakable"
-    assert resolve_prefill(resolved(model="qwen3-235b-a22b", hardware={"gpu": "b200", "tp": 8})) == "breakable"
-
-
-def resolve_prefill(r) -> str:
-    return r.prefill_graph
+    assert resolved(**r1).prefill_graph == "disabled"
+    assert resolved(**{**r1, "hardware": {"gpu": "h200", "tp": 8}}).prefill_graph == "breakable"
+    assert resolved(model="qwen3-235b-a22b", hardware={"gpu": "b200", "tp": 8}).prefill_graph == "breakable"
 
 
 def test_every_decode_step_pays_its_layers_small_kernels():

@@ -92,26 +92,17 @@ def test_what_the_readme_states(rows):
     assert all(1.05 <= x <= 1.15 for x in last)  # "about 1.1x in round 9 (GPU only and L2)"
     copy = {r.key: r for r in rows["vllm_blog_h100_cpu_load"] if r.metric == "load_slope_ms_per_1k"}
     assert abs(copy["fig1_dma"].rel_err) < 0.0125 and 0.17 < -copy["fig5_dma"].rel_err < 0.185  # "1.2%", "18%"
-    c1 = {
-        (r.case, r.key): r.rel_err
-        for r in rows.values()
-        for r in r
-        if r.case.startswith("cookbook") and r.metric == "ttft_median_ms" and r.key.endswith("_c1")
-    }
-    llama = [v for (c, _), v in c1.items() if c == "cookbook_llama31_70b_a100"]
-    qwen = [v for (c, _), v in c1.items() if c == "cookbook_qwen3_235b_b200"]
-    r1 = [v for (c, _), v in c1.items() if c == "cookbook_deepseek_r1_b200"]
-    assert [round(100 * v) for v in sorted(llama)] == [-17, -3]  # "-17% / -3% (Llama-3.1-70B, A100)"
-    assert round(100 * min(qwen)) == 12 and round(100 * max(qwen)) == 39  # "+12% to +39%"
-    assert round(100 * max(r1)) == -34 and round(100 * min(r1)) == -46  # "-34% to -46%"
-    tpot = {}
-    for r in (r for case in rows.values() for r in case):
-        if r.case.startswith("cookbook") and r.metric == "tpot_median_ms" and r.key.endswith("_c1"):
-            tpot.setdefault(r.case, []).append(r.rel_err)
-    medians = [
-        round(100 * float(np.median(tpot[c])))
-        for c in ("cookbook_llama31_70b_a100", "cookbook_qwen3_235b_b200", "cookbook_deepseek_r1_b200")
-    ]
+
+    def c1(case: str, metric: str) -> list[float]:
+        """Relative errors of a cookbook case's concurrency-1 runs for one bench_serving figure."""
+        return [r.rel_err for r in rows[case] if r.metric == metric and r.key.endswith("_c1")]
+
+    llama, qwen, r1 = "cookbook_llama31_70b_a100", "cookbook_qwen3_235b_b200", "cookbook_deepseek_r1_b200"
+    ttft = {c: c1(c, "ttft_median_ms") for c in (llama, qwen, r1)}
+    assert [round(100 * v) for v in sorted(ttft[llama])] == [-17, -3]  # "-17% / -3% (Llama-3.1-70B, A100)"
+    assert round(100 * min(ttft[qwen])) == 12 and round(100 * max(ttft[qwen])) == 39  # "+12% to +39%"
+    assert round(100 * max(ttft[r1])) == -34 and round(100 * min(ttft[r1])) == -46  # "-34% to -46%"
+    medians = [round(100 * float(np.median(c1(c, "tpot_median_ms")))) for c in (llama, qwen, r1)]
     assert medians == [-14, -33, -49]  # "the median TPOT -14%, -33% and -49%"
 
 
