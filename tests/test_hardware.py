@@ -75,6 +75,25 @@ def test_sglang_rewrites_unsupported_io_and_layout_pairs():
     assert r.links["h2d"].segment_overhead_s == 5e-6
 
 
+def test_a_mooncake_store_gets_the_page_layout_sglang_gives_it():
+    # 2026 (sglang 0.5.23 resolve_storage_layout_compatibility): layer_first becomes page_first under
+    # the kernel backend, page_first_direct under direct; other layouts and other stores are kept.
+    moon = {"storage_backend": "mooncake", "mem_layout": "layer_first"}
+    r = resolved(cache=moon)
+    assert (r.io_backend, r.mem_layout) == ("kernel", "page_first")
+    assert r.links["h2d"].half_efficiency_bytes == 1047.0  # the page_first curve, not layer_first's 499
+    assert any("mooncake storage backend" in w for w in r.warnings)
+    r = resolved(cache={**moon, "io_backend": "direct"})
+    assert (r.io_backend, r.mem_layout) == ("direct", "page_first_direct")
+    r = resolved(cache={"storage_backend": "local_nvme", "mem_layout": "layer_first"})
+    assert (r.io_backend, r.mem_layout) == ("kernel", "layer_first")
+    # 2025 (sglang 0.5.2 server_args): a mooncake store forces kernel + page_first, whatever was asked.
+    r = resolved(cache={**moon, "io_backend": "direct", "semantics": "2025"})
+    assert (r.io_backend, r.mem_layout) == ("kernel", "page_first")
+    r = resolved(cache={**moon, "io_backend": "direct"})
+    assert r.io_backend == "direct"  # 2026 keeps the io backend
+
+
 # ------------------------------------------------------------------------------ GPU memory
 
 

@@ -8,6 +8,7 @@ numbers here, and may carry compute parameters too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..core.registry import Registry
@@ -259,15 +260,49 @@ class LinkPreset:
         return self.kernel if io_backend == "kernel" else self.direct
 
 
-def effective_io(io_backend: str, layout: str) -> tuple[str, str, str]:
+def effective_io(io_backend: str, layout: str, storage: str = "", era: str = "2026") -> tuple[str, str, str]:
     """(io backend, host layout, note) after SGLang's compatibility rewrites: the kernel backend cannot
-    drive page_first_direct (SGLang switches to direct), and direct copies of page_first run as
-    page_first_direct. ``note`` is SGLang's warning, or empty."""
+    drive page_first_direct (SGLang switches to direct), direct copies of page_first run as
+    page_first_direct, and a Mooncake store needs page objects (``STORAGE_LAYOUT_RULES``).
+    ``storage`` is SGLang's ``--hicache-storage-backend`` name, ``era`` the cache semantics. ``note``
+    is SGLang's warning, or empty."""
+    notes = []
     if layout == "page_first_direct" and io_backend == "kernel":
-        return "direct", layout, "kernel io backend does not support page_first_direct: SGLang uses direct"
+        io_backend = "direct"
+        notes.append("kernel io backend does not support page_first_direct: SGLang uses direct")
     if layout == "page_first" and io_backend == "direct":
-        return io_backend, "page_first_direct", "direct io backend with page_first: SGLang uses page_first_direct"
-    return io_backend, layout, ""
+        layout = "page_first_direct"
+        notes.append("direct io backend with page_first: SGLang uses page_first_direct")
+    rule = STORAGE_LAYOUT_RULES.get((era, storage))
+    if rule is not None:
+        new_io, new_layout = rule(io_backend, layout)
+        if (new_io, new_layout) != (io_backend, layout):
+            notes.append(f"{storage} storage backend: SGLang uses {new_io} io with {new_layout} host layout")
+            io_backend, layout = new_io, new_layout
+    return io_backend, layout, "; ".join(notes)
+
+
+def _mooncake_2025(io_backend: str, layout: str) -> tuple[str, str]:
+    # SGLang 0.5.2 server_args (read from its PyPI wheel): a mooncake backend forces the kernel io
+    # backend and the page_first layout, whatever was asked.
+    return "kernel", "page_first"
+
+
+def _page_objects_2026(io_backend: str, layout: str) -> tuple[str, str]:
+    # SGLang 0.5.23 arg_groups/hicache_hook.resolve_storage_layout_compatibility: mooncake and
+    # npu_memcache cannot read a layer_first host pool; it becomes page_first under the kernel
+    # backend, page_first_direct under direct.
+    if layout != "layer_first":
+        return io_backend, layout
+    return io_backend, "page_first" if io_backend == "kernel" else "page_first_direct"
+
+
+# (cache semantics era, SGLang storage backend) -> rewrite of (io backend, layout).
+STORAGE_LAYOUT_RULES: dict[tuple[str, str], Callable[[str, str], tuple[str, str]]] = {
+    ("2025", "mooncake"): _mooncake_2025,
+    ("2026", "mooncake"): _page_objects_2026,
+    ("2026", "npu_memcache"): _page_objects_2026,
+}
 
 
 # Kernel backend (SGLang's per-layer gather/scatter kernels, many small pieces in one launch): peak

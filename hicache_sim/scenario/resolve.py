@@ -306,7 +306,8 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     storage = _storage(sc, bpt)
     cache = _cache_config(sc.cache, device_tokens, host_tokens, storage, bpt, strict)
     cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
-    io, layout, note = effective_io(sc.cache.io_backend, sc.cache.mem_layout)
+    store = STORAGE.get(sc.cache.storage_backend).sglang_backend if sc.cache.storage_backend != "none" else ""
+    io, layout, note = effective_io(sc.cache.io_backend, sc.cache.mem_layout, store, sc.cache.semantics)
     if note:
         warnings.append(note)
     return Resolved(
