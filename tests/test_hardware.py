@@ -258,3 +258,40 @@ def test_validate_prints_where_the_kv_pool_comes_from(tmp_path):
     out = invoke("validate", path).output
     assert "GPU h200 at tp 1 x pp 2: 140.40 GiB reported, 1.00 GiB context, 7.48 GiB weights" in out
     assert "mem_fraction_static 0.906 (SGLang default)" in out
+
+
+def _link_calibration(tmp_path, **fields) -> str:
+    row = {"direction": "h2d", "io_backend": "kernel", "layout": "layer_first", "bandwidth_Bps": 5e10}
+    row |= {"latency_s": 1e-5, "half_efficiency_bytes": 1000.0, "segment_overhead_s": 0.0} | fields
+    path = tmp_path / "cal.yaml"
+    data = {"kind": "hicache-sim-calibration", "version": 1, "device": "x", "source": "y", "groups": [row]}
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+# A NaN or an enormous link cost used to be accepted and left a timed run polling forever.
+BAD_LINK = {
+    "nan bandwidth": ({"bandwidth_Bps": float("nan")}, "groups[0].bandwidth_Bps: expected a number in (0, 1e+15]"),
+    "inf bandwidth": ({"bandwidth_Bps": float("inf")}, "groups[0].bandwidth_Bps: expected a number in (0, 1e+15]"),
+    "zero bandwidth": ({"bandwidth_Bps": 0}, "groups[0].bandwidth_Bps: expected a number in (0, 1e+15]"),
+    "nan latency": ({"latency_s": float("nan")}, "groups[0].latency_s: expected a number in [0, 1000]"),
+    "huge latency": ({"latency_s": 1e9}, "groups[0].latency_s: expected a number in [0, 1000]"),
+    "nan segment cost": ({"segment_overhead_s": float("nan")}, "groups[0].segment_overhead_s: expected a number"),
+    "negative piece size": ({"half_efficiency_bytes": -1}, "groups[0].half_efficiency_bytes: expected a number"),
+    "boolean latency": ({"latency_s": True}, "groups[0].latency_s: expected a number"),
+}
+
+
+@pytest.mark.parametrize(("fields", "fragment"), BAD_LINK.values(), ids=BAD_LINK.keys())
+def test_bad_link_group_names_the_field(tmp_path, fields, fragment):
+    with pytest.raises(CalibrationError, match=re.escape(fragment)):
+        load_calibration(_link_calibration(tmp_path, **fields))
+
+
+def test_a_good_link_group_loads_and_a_binary_file_is_refused(tmp_path):
+    cal = load_calibration(_link_calibration(tmp_path))
+    assert cal.get("h2d", "kernel", "layer_first").bandwidth_Bps == 5e10
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"kind: \xff\xfe\n")
+    with pytest.raises(CalibrationError, match="not UTF-8 text"):
+        load_calibration(binary)

@@ -19,6 +19,14 @@ from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
 
 CALIBRATION_KIND = "hicache-sim-calibration"
 PARAM_FIELDS = ("bandwidth_Bps", "latency_s", "half_efficiency_bytes", "segment_overhead_s")
+# Link fields: (low, high, whether low itself is allowed). Finite bounds: a NaN or an infinite cost
+# would leave a timed run polling forever; the costs stop where the scenario's (1e9 us) do.
+PARAM_BOUNDS = {
+    "bandwidth_Bps": (0.0, 1e15, False),
+    "latency_s": (0.0, 1e3, True),
+    "half_efficiency_bytes": (0.0, 1e12, True),
+    "segment_overhead_s": (0.0, 1e3, True),
+}
 # Compute fields: (low, high, whether low itself is allowed). Efficiencies are fractions of a peak;
 # overheads are microseconds (bounded as the scenario bounds them).
 COMPUTE_FIELDS = {
@@ -98,6 +106,8 @@ def load_calibration(path: str | Path) -> Calibration:
         raise CalibrationError(f"{path}: calibration file not found")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise CalibrationError(f"{path}: not UTF-8 text; expected a YAML calibration file") from None
     except yaml.YAMLError:
         raise CalibrationError(f"{path}: not valid YAML") from None
     if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND:
@@ -115,14 +125,9 @@ def load_calibration(path: str | Path) -> Calibration:
             if not isinstance(v, str):
                 raise CalibrationError(f"{path}: groups[{i}].{name}: expected a string")
             key.append(v)
-        vals = {}
-        for name in PARAM_FIELDS:
-            v = row.get(name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise CalibrationError(f"{path}: groups[{i}].{name}: expected a number >= 0")
-            vals[name] = float(v)
-        if vals["bandwidth_Bps"] <= 0:
-            raise CalibrationError(f"{path}: groups[{i}].bandwidth_Bps: expected a number > 0")
+        vals = {
+            name: _bounded(row.get(name), PARAM_BOUNDS[name], f"{path}: groups[{i}].{name}") for name in PARAM_FIELDS
+        }
         cal.groups[tuple(key)] = LinkParams(**vals)
         if isinstance(row.get("holdout"), dict):
             cal.errors[tuple(key)] = row["holdout"]
@@ -142,10 +147,15 @@ def _compute_section(section, path) -> dict[str, float]:
             raise CalibrationError(
                 f"{path}: compute.{name}: unknown field; expected one of {', '.join(COMPUTE_FIELDS)}"
             )
-        low, high, low_ok = COMPUTE_FIELDS[name]
-        number = not isinstance(v, bool) and isinstance(v, (int, float)) and v == v
-        if not number or v > high or v < low or (v == low and not low_ok):
-            rng = f"in [{low:g}, {high:g}]" if low_ok else f"in ({low:g}, {high:g}]"
-            raise CalibrationError(f"{path}: compute.{name}: expected a number {rng}, got {v!r}")
-        out[name] = float(v)
+        out[name] = _bounded(v, COMPUTE_FIELDS[name], f"{path}: compute.{name}")
     return out
+
+
+def _bounded(v, bounds: tuple[float, float, bool], where: str) -> float:
+    """``v`` as a float inside ``bounds`` (low, high, low allowed); NaN and booleans are refused."""
+    low, high, low_ok = bounds
+    number = not isinstance(v, bool) and isinstance(v, (int, float)) and v == v
+    if not number or v > high or v < low or (v == low and not low_ok):
+        rng = f"in [{low:g}, {high:g}]" if low_ok else f"in ({low:g}, {high:g}]"
+        raise CalibrationError(f"{where}: expected a number {rng}, got {v!r}")
+    return float(v)
