@@ -283,6 +283,53 @@ def test_plot_redraws_run_and_sweep(tmp_path):
     assert_user_error(invoke("plot", tmp_path), "expected a run folder")
 
 
+@pytest.mark.parametrize(
+    ("damage", "fragments"),
+    [
+        ({"summary.json": "{not json"}, ("summary.json: cannot be read", "double quotes")),
+        ({"summary.json": "[1, 2]"}, ("summary.json: expected a mapping, got list",)),
+        ({"scenario.yaml": "not: [valid"}, ("scenario.yaml: cannot be read",)),
+        ({"scenario.yaml": b"\xff\xfe"}, ("scenario.yaml: cannot be read", "utf-8")),
+        ({"timeseries.parquet": "garbage!!"}, ("timeseries.parquet: cannot be read", "Parquet")),
+        ({"requests.parquet": pd.DataFrame({"x": [1]})}, ("requests.parquet", "missing prompt_tokens")),
+        (
+            {"summary.json": "{}", "requests.parquet": None, "timeseries.parquet": None},
+            ("nothing to draw",),
+        ),
+    ],
+)
+def test_plot_names_a_damaged_file_and_draws_nothing(tmp_path, damage, fragments):
+    """A run folder with one damaged or foreign file: one line naming that file, exit 2, and no figure
+    drawn (every file is read before the first figure)."""
+    sc = write_yaml(tmp_path / "s.yaml", TINY)
+    out = tmp_path / "o"
+    assert invoke("run", sc, "--out", out, "--no-figures").exit_code == 0
+    for name, content in damage.items():
+        target = out / name
+        if content is None:
+            target.unlink()
+        elif isinstance(content, pd.DataFrame):
+            content.to_parquet(target)
+        else:
+            target.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert_user_error(invoke("plot", out), *fragments)
+    assert not list(out.glob("*.png"))
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [("not parquet", "sweep.parquet: cannot be read"), (pd.DataFrame({"point": []}), "missing hit_rate.device")],
+)
+def test_plot_refuses_a_damaged_sweep_table(tmp_path, table, fragment):
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    if isinstance(table, pd.DataFrame):
+        table.to_parquet(folder / "sweep.parquet")
+    else:
+        (folder / "sweep.parquet").write_text(table)
+    assert_user_error(invoke("plot", folder), fragment)
+
+
 def test_sweep_figure_x_axis_is_the_swept_key(tmp_path):
     """A sweep over page size is drawn against page size (not the unchanged host ratio), with a line per
     write policy; `plot` redraws the same file from the folder's recorded grid."""
