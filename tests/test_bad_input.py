@@ -46,6 +46,11 @@ SCENARIO_CASES = [
     pytest.param("", ["bad.yaml", "empty scenario"], id="empty-file"),
     pytest.param("# only a comment\n", ["bad.yaml", "empty scenario"], id="comment-only"),
     pytest.param("- 1\n- 2\n", ["bad.yaml", "mapping at the top level"], id="top-level-list"),
+    pytest.param(
+        "name: a\ncache:\n  host_ratio: 2\n  host_ratio: 0.5\n",
+        ["bad.yaml:4", "found duplicate key 'host_ratio'"],
+        id="key-given-twice",
+    ),
     pytest.param(with_("cache", host_ratio=float("inf")), ["cache.host_ratio", "finite"], id="inf-ratio"),
     pytest.param(with_("cache", host_ratio=float("nan")), ["cache.host_ratio", "finite"], id="nan-ratio"),
     pytest.param(
@@ -192,6 +197,25 @@ SCENARIO_CASES = [
         id="moe-experts-larger-than-the-model",
     ),
     pytest.param(with_("hardware", moe_mfu=1.5), ["hardware.moe_mfu", "1"], id="moe-mfu-above-one"),
+    # pydantic reads true as 1 and false as 0: a boolean is never a size, a rate or a name
+    pytest.param(with_("cache", page_size=True), ["cache.page_size", "expected an integer, got true"], id="bool-page"),
+    pytest.param(with_("metrics", warmup_fraction=False), ["metrics.warmup_fraction", "a number"], id="bool-fraction"),
+    pytest.param(with_("cache", write_policy=True), ["cache.write_policy", "a name, got true"], id="bool-policy"),
+    pytest.param(
+        {**TINY, "workload": {"kind": "multiturn", "multiturn": {"num_clients": True}}},
+        ["workload.multiturn.num_clients", "an integer"],
+        id="bool-in-a-workload-kind",
+    ),
+    pytest.param(
+        with_("cache", eviction_policy="slru", eviction_policy_config={"protected_threshold": "abc"}),
+        ["cache", "eviction_policy_config.protected_threshold", "non-negative integer", "'abc'"],
+        id="slru-threshold-not-a-count",
+    ),
+    pytest.param(
+        with_("cache", eviction_policy="slru", eviction_policy_config={"protected_treshold": 3}),
+        ["eviction_policy_config", "unknown key 'protected_treshold'", "protected_threshold (slru)"],
+        id="policy-config-typo",
+    ),
 ]
 
 
@@ -811,3 +835,13 @@ def test_from_sglang_replaces_only_its_own_file(tmp_path):
 def test_sglang_args_of_a_bad_scenario(tmp_path):
     sc = write_scenario(tmp_path, with_("cache", page_sise=64))
     assert_user_error(invoke("sglang-args", sc), "bad.yaml", "cache.page_sise", "unknown key")
+
+
+def test_policy_config_sglang_accepts_is_accepted(tmp_path):
+    """A key only another strategy reads is ignored, as SGLang ignores it; the chosen one's key is used."""
+    lru = with_("cache", eviction_policy="lru", eviction_policy_config={"protected_threshold": 7})
+    assert invoke("validate", write_scenario(tmp_path, lru)).exit_code == 0
+    slru = with_("cache", eviction_policy="slru", eviction_policy_config={"protected_threshold": 3})
+    assert invoke("validate", write_scenario(tmp_path, slru)).exit_code == 0
+    flag = with_("scheduler", reserve_last_token=False)  # a boolean field still takes a boolean
+    assert invoke("validate", write_scenario(tmp_path, flag)).exit_code == 0

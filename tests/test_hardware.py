@@ -4,6 +4,7 @@ profiles it, pipeline-parallel sizing, model presets, and compute parameters fro
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -295,3 +296,13 @@ def test_a_good_link_group_loads_and_a_binary_file_is_refused(tmp_path):
     binary.write_bytes(b"kind: \xff\xfe\n")
     with pytest.raises(CalibrationError, match="not UTF-8 text"):
         load_calibration(binary)
+
+
+def test_a_calibration_field_given_twice_is_refused_with_its_line(tmp_path):
+    """PyYAML keeps the last of two equal keys silently; a calibration must say each value once."""
+    good = Path(_link_calibration(tmp_path)).read_text()
+    assert good.startswith("device: x\n")
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("device: a\n" + good)
+    with pytest.raises(CalibrationError, match=r"dup.yaml:2: not valid YAML: found duplicate key 'device'"):
+        load_calibration(dup)

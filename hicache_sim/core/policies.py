@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .registry import Registry
 
@@ -31,6 +31,9 @@ class EvictionStrategy:
     #: Does ``key`` read ``node.hit_count``? If not, an insert-hit leaves every key as it was and the
     #: cache does not re-queue the node.
     reads_hit_count = False
+    #: The keys ``eviction_policy_config`` may hold for this strategy, each a non-negative integer
+    #: (checked by the scenario schema), with what it means.
+    config_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         self.config = dict(config or {})
@@ -106,6 +109,7 @@ class SLRU(EvictionStrategy):
 
     name = "slru"
     reads_hit_count = True
+    config_keys: ClassVar[dict[str, str]] = {"protected_threshold": "hits after which a node is protected (default 2)"}
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         super().__init__(config)

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ..yamlfile import load_yaml
 from .schema import Scenario, ScenarioError
 
 
@@ -41,7 +42,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not raw.strip():
         raise ScenarioError(f"--set {text!r}: empty value; expected a value (null unsets an optional field)")
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw)
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -94,7 +95,7 @@ def load_scenario_data(path: str | Path) -> dict:
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read ({(e.strerror or type(e).__name__).lower()})") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""

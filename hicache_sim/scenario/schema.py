@@ -9,7 +9,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from ..core import (
     EVICTION_STRATEGIES,
@@ -27,7 +27,7 @@ from ..hardware.presets import (
     ModelPreset,
 )
 from ..workloads.kinds import WORKLOAD_KINDS
-from ..workloads.kinds.registry import STRICT_CONFIG
+from ..workloads.kinds.registry import StrictSpec
 
 
 class ScenarioError(ValueError):
@@ -39,9 +39,8 @@ class ScenarioError(ValueError):
 MAX_COST_US = 1e9
 
 
-class _Strict(BaseModel):
-    # Unknown keys are errors; infinity and NaN are never a size, a rate or a fraction.
-    model_config = STRICT_CONFIG
+class _Strict(StrictSpec):
+    """A scenario section (see :class:`StrictSpec`)."""
 
 
 def _in_registry(registry, value: str) -> str:
@@ -320,6 +319,21 @@ class CacheSpec(_Strict):
         if info.field_name == "storage_backend" and v == "none":
             return v
         return _in_registry(_REGISTRY_FIELDS[info.field_name], v)
+
+    @model_validator(mode="after")
+    def _policy_config_fits_the_policy(self) -> CacheSpec:
+        """``eviction_policy_config``: a key no strategy reads is a typo; the chosen strategy's keys must
+        be counts (SGLang fails at start on a bad one). A key only another strategy reads is ignored, as
+        SGLang ignores it."""
+        readers = {k: n for n in EVICTION_STRATEGIES.names() for k in EVICTION_STRATEGIES.get(n).config_keys}
+        allowed = EVICTION_STRATEGIES.get(self.eviction_policy).config_keys
+        for key, value in self.eviction_policy_config.items():
+            if key not in readers:
+                known = ", ".join(f"{k} ({n})" for k, n in readers.items()) or "none"
+                raise ValueError(f"eviction_policy_config: unknown key {key!r}; known: {known}")
+            if key in allowed and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"eviction_policy_config.{key}: expected a non-negative integer, got {value!r}")
+        return self
 
     @model_validator(mode="after")
     def _one_host_size(self) -> CacheSpec:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from ...core.registry import Registry
 from ..workload import Workload
@@ -22,10 +23,49 @@ from ..workload import Workload
 STRICT_CONFIG = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-class KindSpec(BaseModel):
-    """Base of a workload kind's section ``workload.<kind>``."""
+def admits_bool(annotation: Any) -> bool:
+    """Does a field's type take ``true``/``false``? (``bool``, ``Any``, or a union or literal with one.)"""
+    if annotation is bool or annotation is Any:
+        return True
+    if get_origin(annotation) is Literal:
+        return any(isinstance(a, bool) for a in get_args(annotation))
+    if get_origin(annotation) is Union or type(annotation).__name__ == "UnionType":
+        return any(admits_bool(a) for a in get_args(annotation))
+    return False
+
+
+def _types(annotation: Any) -> set[Any]:
+    args = get_args(annotation)
+    return set().union(*map(_types, args)) if args and get_origin(annotation) is not Literal else {annotation}
+
+
+def _expected(annotation: Any) -> str:
+    """What a field takes, in words, for the message refusing a boolean."""
+    kinds = _types(annotation)
+    if int in kinds and float not in kinds:
+        return "an integer"
+    if float in kinds or int in kinds:
+        return "a number"
+    return "a name" if str in kinds or any(get_origin(k) is Literal for k in kinds) else "a value of its type"
+
+
+class StrictSpec(BaseModel):
+    """Base of every scenario section: unknown keys, infinity and NaN are errors, and so is a boolean
+    where a number or a name is expected (pydantic would read ``page_size: true`` as 1)."""
 
     model_config = STRICT_CONFIG
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        annotation = cls.model_fields[info.field_name].annotation
+        if isinstance(v, bool) and not admits_bool(annotation):
+            raise ValueError(f"expected {_expected(annotation)}, got {str(v).lower()}")
+        return v
+
+
+class KindSpec(StrictSpec):
+    """Base of a workload kind's section ``workload.<kind>``."""
 
 
 @dataclass(frozen=True)
