@@ -143,7 +143,10 @@ def plan(
     for p in grid(sc.sweep) if points is None else points:
         args = [*set_args, *p.as_set_args()]
         point_sc = build_scenario(data, source, args)
-        resolve(point_sc)  # sizes too: a point the pools cannot hold fails here, not in a worker
+        r = resolve(point_sc)  # sizes too: a point the pools cannot hold fails here, not in a worker
+        # Its workload too (each distinct one parsed once, kept for the points run in this process): a
+        # missing or malformed trace of a later point fails here, before the folder is written.
+        cached_workload(point_sc, r.cache.page_size, base_dir)
         out.append(PlannedPoint(p, args, point_identity(scenario_dump(point_sc), base_dir)))
     return out
 

@@ -157,6 +157,11 @@ SCENARIO_CASES = [
         id="duplicate-sweep-value",
     ),
     pytest.param(
+        {**TINY, "sweep": {"cache": [{"host_ratio": 1}, {"host_ratio": 2}]}},
+        ["sweep", "key 'cache'", "got a mapping", "sweep the dotted key inside it"],
+        id="sweep-value-a-mapping",
+    ),
+    pytest.param(
         {**TINY, "hardware": {"pcie": {"latency_us": 1e24}}},
         ["hardware.pcie.latency_us", "less than"],
         id="cost-beyond-float-time",
@@ -597,6 +602,26 @@ def test_sweep_point_that_cannot_be_sized_fails_before_any_work(tmp_path):
     sc = write_scenario(tmp_path, data)
     r = invoke("sweep", sc, "--out", tmp_path / "sw", "--workers", 2)
     assert_user_error(r, "cache.host_alignment", "page-aligned")
+    assert not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize(
+    ("later_trace", "fragments"),
+    [
+        (None, ["missing.jsonl", "trace file not found"]),
+        ('{"timestamp": 0, "input_length": 10, "hash_ids": [1]}\n', ["bad.jsonl:1", "output_length"]),
+    ],
+)
+def test_sweep_point_with_a_bad_trace_fails_before_any_work(tmp_path, later_trace, fragments):
+    """The second point's trace is missing or malformed: found while planning, not after the first point
+    ran (which left a sweep folder with sweep.json and no table)."""
+    later = tmp_path / ("missing.jsonl" if later_trace is None else "bad.jsonl")
+    if later_trace is not None:
+        later.write_text(later_trace)
+    paths = [TINY["workload"]["trace"]["path"], str(later)]
+    sc = write_scenario(tmp_path, {**TINY, "sweep": {"workload.trace.path": paths}})
+    r = invoke("sweep", sc, "--out", tmp_path / "sw", "--workers", 1)
+    assert_user_error(r, *fragments)
     assert not (tmp_path / "sw").exists()
 
 

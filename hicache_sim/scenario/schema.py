@@ -454,10 +454,18 @@ class Scenario(_Strict):
     @field_validator("sweep")
     @classmethod
     def _sweep_values_distinct(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        """A value listed twice would run the same point twice (or, resumed, once under two rows)."""
+        """Each value is one scalar (a mapping or list cannot be a column of the table or a line of the
+        figure: sweep the key inside it), listed once (twice would run the same point twice or, resumed,
+        once under two rows)."""
         for key, values in v.items():
             seen: list[Any] = []
             for value in values:
+                if isinstance(value, (dict, list)):
+                    kind = "a mapping" if isinstance(value, dict) else "a list"
+                    raise ValueError(
+                        f"key {key!r}: expected a number, a name, true/false or null per value, got {kind} "
+                        f"({value!r}); sweep the dotted key inside it instead (e.g. cache.host_ratio)"
+                    )
                 if value in seen:
                     raise ValueError(f"key {key!r} lists the value {value!r} twice")
                 seen.append(value)
