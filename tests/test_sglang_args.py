@@ -262,3 +262,20 @@ def test_disabling_sglangs_custom_all_reduce_round_trips_and_a_cap_no_flag_sets_
     tokens, notes = to_command(sc)
     assert "--disable-custom-all-reduce" not in tokens
     assert any("custom_allreduce_max_mib=4.0: no SGLang flag sets the cap (8 MiB" in n for n in notes)
+
+
+def test_the_readme_transcript_is_what_from_sglang_prints(tmp_path, monkeypatch):
+    """The README's from-sglang / sglang-args session, replayed: every line it shows, in its order."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ hicache-sim from-sglang", 1)[1].split("```", 1)[0]
+    first, second = block.split("$ hicache-sim sglang-args s.yaml")
+    lines = first.splitlines()
+    end = next(i for i, ln in enumerate(lines) if not ln.endswith("\\"))  # the command's last line
+    args = shlex.split(" ".join(ln.rstrip("\\") for ln in lines[: end + 1]))
+    shown = lines[end + 1 :]
+    monkeypatch.chdir(tmp_path)
+    res = invoke("from-sglang", *args)
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines() == [ln for ln in shown if ln], res.output
+    line = invoke("sglang-args", "s.yaml")
+    assert line.exit_code == 0 and line.stdout.strip() == second.strip(), line.output

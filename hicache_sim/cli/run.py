@@ -71,7 +71,7 @@ def run(
         False,
         "--check-invariants",
         help="check every cache invariant after each request (instant) or scheduler step (timed); "
-        "each check walks the tree and the pages in use: about 5x the run time in instant mode, 10-15x in timed",
+        "each check walks the tree and the pages in use: about 15x the run time in instant mode, 30x in timed",
     ),
     no_figures: bool = typer.Option(False, "--no-figures", help="skip the PNG figures"),
 ) -> None:
