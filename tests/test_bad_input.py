@@ -870,3 +870,13 @@ def test_policy_config_sglang_accepts_is_accepted(tmp_path):
     assert invoke("validate", write_scenario(tmp_path, slru)).exit_code == 0
     flag = with_("scheduler", reserve_last_token=False)  # a boolean field still takes a boolean
     assert invoke("validate", write_scenario(tmp_path, flag)).exit_code == 0
+
+
+def test_yaml_merge_keys_keep_their_meaning_and_a_written_twice_key_is_refused():
+    """The duplicate-key check looks at the keys a mapping writes, not at those a merge key brings in."""
+    from hicache_sim.yamlfile import load_yaml
+
+    merged = load_yaml("base: &b {page_size: 512, host_ratio: 2}\ncache:\n  <<: *b\n  host_ratio: 4\n")
+    assert merged["cache"] == {"page_size": 512, "host_ratio": 4}
+    with pytest.raises(yaml.YAMLError, match="found duplicate key 'host_ratio'"):
+        load_yaml("cache:\n  <<: {page_size: 512}\n  host_ratio: 4\n  host_ratio: 2\n")

@@ -16,7 +16,7 @@ import yaml
 
 from ..hardware.linkmodel import LinkParams
 from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
-from ..yamlfile import load_yaml
+from ..yamlfile import load_yaml, yaml_error_where
 
 CALIBRATION_KIND = "hicache-sim-calibration"
 PARAM_FIELDS = ("bandwidth_Bps", "latency_s", "half_efficiency_bytes", "segment_overhead_s")
@@ -110,9 +110,7 @@ def load_calibration(path: str | Path) -> Calibration:
     except UnicodeDecodeError:
         raise CalibrationError(f"{path}: not UTF-8 text; expected a YAML calibration file") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or "invalid YAML"
+        where, problem = yaml_error_where(e)
         raise CalibrationError(f"{path}{where}: not valid YAML: {problem}") from None
     if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND:
         raise CalibrationError(f"{path}: kind: expected {CALIBRATION_KIND!r}")

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..yamlfile import load_yaml
+from ..yamlfile import load_yaml, yaml_error_where
 from .schema import Scenario, ScenarioError
 
 
@@ -97,9 +97,7 @@ def load_scenario_data(path: str | Path) -> dict:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or "invalid YAML"
+        where, problem = yaml_error_where(e)
         raise ScenarioError(f"{path}{where}: YAML syntax error: {problem}") from None
     if data is None:
         raise ScenarioError(f"{path}: empty scenario; expected a mapping (name, model, cache, workload, ...)")

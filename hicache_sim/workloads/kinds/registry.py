@@ -23,30 +23,33 @@ from ..workload import Workload
 STRICT_CONFIG = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+def _members(annotation: Any) -> list[Any]:
+    """The types a field takes: the members of a union (``X | None`` included), else the type itself."""
+    if get_origin(annotation) is Union or type(annotation).__name__ == "UnionType":
+        return [m for a in get_args(annotation) for m in _members(a)]
+    return [annotation]
+
+
+def _is_literal(member: Any) -> bool:
+    return get_origin(member) is Literal
+
+
 def admits_bool(annotation: Any) -> bool:
     """Does a field's type take ``true``/``false``? (``bool``, ``Any``, or a union or literal with one.)"""
-    if annotation is bool or annotation is Any:
-        return True
-    if get_origin(annotation) is Literal:
-        return any(isinstance(a, bool) for a in get_args(annotation))
-    if get_origin(annotation) is Union or type(annotation).__name__ == "UnionType":
-        return any(admits_bool(a) for a in get_args(annotation))
-    return False
-
-
-def _types(annotation: Any) -> set[Any]:
-    args = get_args(annotation)
-    return set().union(*map(_types, args)) if args and get_origin(annotation) is not Literal else {annotation}
+    return any(
+        m is bool or m is Any or (_is_literal(m) and any(isinstance(a, bool) for a in get_args(m)))
+        for m in _members(annotation)
+    )
 
 
 def _expected(annotation: Any) -> str:
     """What a field takes, in words, for the message refusing a boolean."""
-    kinds = _types(annotation)
-    if int in kinds and float not in kinds:
+    members = _members(annotation)
+    if int in members and float not in members:
         return "an integer"
-    if float in kinds or int in kinds:
+    if float in members or int in members:
         return "a number"
-    return "a name" if str in kinds or any(get_origin(k) is Literal for k in kinds) else "a value of its type"
+    return "a name" if str in members or any(map(_is_literal, members)) else "a value of its type"
 
 
 class StrictSpec(BaseModel):
