@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from .core import HOST_EVICTION_RULES, WRITE_POLICIES
-from .core.config import BUFFER_ONLY_REFUSED_POLICIES
+from .core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from .output.write import prepare_folder
 from .scenario import ScenarioError, build_scenario, resolve
 from .sweep import Point, plan, run_sweep
@@ -125,12 +125,12 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
     if buffer:
         axes: dict[str, list[Any]] = {
             SIZE: sizes,
-            POLICY: [p for p in WRITE_POLICIES.names() if p not in BUFFER_ONLY_REFUSED_POLICIES],
+            POLICY: [p for p in WRITE_POLICIES.names() if p not in BUFFER_ONLY_RESOLVED_POLICIES],
             RULE: [UPSTREAM_RULE],
         }
         notes.append(
             "buffer_only: the host is a staging buffer for storage; only its size and the write policies "
-            "buffer_only allows are swept, with storage on"
+            "buffer_only runs as themselves are swept, with storage on"
         )
     else:
         axes = {SIZE: sizes, POLICY: WRITE_POLICIES.names(), RULE: HOST_EVICTION_RULES.names()}

@@ -3,10 +3,12 @@ invariants 5 and 22)."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import new_cache, node_at, put, settle
 
-from hicache_sim.core import TransferKind, check
+from hicache_sim.core import ConfigError, TransferKind, check
 from hicache_sim.core.tree import chain_hashes
+from hicache_sim.scenario import build_scenario, resolve
 
 P = 16
 
@@ -206,4 +208,42 @@ def test_staged_prefetch_that_no_longer_fits_the_match_is_dropped():
     st = c.begin_request("r", keys, 20)
     assert st.storage_hit == 0 and st.device_hit == 4 and c.host.used() == 0
     c.abort_request(st)
+    check(c)
+
+
+# ---------------------------------------------------------------- write_back in buffer_only
+
+
+@pytest.mark.parametrize(
+    ("mode", "runs", "noted"), [("buffer_only", "write_through", True), ("cache", "write_back", False)]
+)
+def test_buffer_only_runs_write_back_as_write_through_with_a_note(mode, runs, noted):
+    """SGLang 0.5.23 accepts ``--hicache-write-policy write_back`` with buffer_only and resolves it to
+    write_through at start-up (``validate_hicache_host_memory_mode``); a scenario does the same and
+    says so. In cache mode write_back stays."""
+    data = {"cache": {"host_memory_mode": mode, "write_policy": "write_back", "storage_backend": "file"}}
+    r = resolve(build_scenario(data, "s"))
+    assert r.cache.write_policy == runs
+    assert any("SGLang runs write_through in buffer_only mode" in w for w in r.warnings) is noted
+
+
+def test_the_core_takes_only_what_the_server_runs():
+    """The resolution is the scenario's (the server's start-up); a core config asking buffer_only to
+    write back is a caller's mistake, named."""
+    with pytest.raises(ConfigError, match="buffer_only runs write_back as write_through"):
+        new_cache(host_pages=8, storage=True, host_memory_mode="buffer_only", write_policy="write_back")
+
+
+@pytest.mark.parametrize(("mode", "fetched"), [("buffer_only", 0), ("cache", 16)])
+def test_a_buffer_only_storage_hit_is_whole_or_nothing(mode, fetched):
+    """A 20-page storage hit with 16 host pages: cache mode takes the 16 free pages (0.5.23's
+    ``allow_partial``, 16 pages is the threshold); the buffer pipeline asks for the whole hit and,
+    short of it, fetches nothing."""
+    c = new_cache(page_size=P, device_pages=64, host_pages=16, storage=True, host_memory_mode=mode)
+    keys = list(range(100, 120))
+    c.storage.put(chain_hashes(None, keys))
+    assert c.prefetch("r", c.root, keys, 0.0) is not None
+    assert c.prefetch_query("r") == fetched
+    c.drain()
+    c.take_transfers()
     check(c)

@@ -315,13 +315,88 @@ def test_abort_revokes_and_late_batches_are_ignored():
     check(c)
 
 
-def test_prefetch_anchor_pins():
+def test_a_cache_mode_prefetch_never_starts_below_a_node_without_host_copy():
+    """SGLang's scheduler issues a cache-mode prefetch only when the match ends at the root or on a
+    host-backed node (``_prefetch_kvcache``), under every write policy: under write_back a fresh node
+    is D-only, so nothing starts and nothing is pinned. Its storage pages stay where they are."""
     c = storage_cache(write_policy="write_back")
     put(c, [1, 2])
-    anchor = node_at(c, [1, 2])  # D-only under write_back: pinned by a device lock
-    c.prefetch("r", anchor, KEYS[:16], 0.0)
+    anchor = node_at(c, [1, 2])
+    store(c, KEYS[:16], anchor.hashes[-1])
+    assert anchor.state() == "D"
+    assert c.prefetch("r", anchor, KEYS[:16], 0.0) is None
+    assert anchor.lock_ref == 0 and anchor.host_ref == 0 and c.prefetch_occupied_pages == 0
+    assert c.counters.prefetch_unbacked_anchor == 1 and c.counters.prefetch_issued == 0
+    check(c)
+
+
+def test_a_buffer_only_prefetch_pins_its_device_anchor_with_a_lock():
+    """buffer_only backs nothing up to host, so the anchor is a device node: held by a device lock
+    until the prefetch ends."""
+    c = storage_cache(host_memory_mode="buffer_only")
+    put(c, [1, 2])
+    anchor = node_at(c, [1, 2])
+    assert anchor.host_value is None
+    assert c.prefetch("r", anchor, KEYS[:16], 0.0) is not None
     assert anchor.lock_ref == 1 and anchor.host_ref == 0
     check(c)
     c.release_prefetch("r")
     assert anchor.lock_ref == 0
     check(c)
+
+
+# ---------------------------------------------------------- host room for a storage hit
+
+
+def three_host_only_copies(semantics: str):
+    """Page size 1, device 4, host 8: A, B, C (2 pages each, written back in that order) are H-only,
+    2 host pages free, and a 4-page run X sits in storage below the root. (A host larger than the
+    device keeps the 2025 capacity formula, 0.8 x (host - device), above zero.)"""
+    c = new_cache(
+        page_size=1,
+        device_pages=4,
+        host_pages=8,
+        write_policy="write_back",
+        storage=True,
+        prefetch_threshold_tokens=1,
+        prefetch_policy="wait_complete",
+        semantics=semantics,
+    )
+    for keys in ([1, 2], [3, 4], [5, 6]):
+        put(c, keys)
+        assert c.evict(2) == 2
+        c.drain()
+    assert c.host.available() == 2
+    c.storage.put(chain_hashes(None, [7, 8, 9, 10]))
+    return c
+
+
+def test_a_storage_hit_short_of_host_room_evicts_its_whole_length():
+    """SGLang 0.5.23 (``HybridCacheController.allocate_storage_hit``) calls ``evict_host`` with the
+    whole hit when the host is short, not the shortfall: a 4-page hit with 2 pages free evicts A and
+    B (4 pages, LRU), leaving C and 6 free pages; the hit takes 4 of them. A shortfall eviction
+    would have evicted A only."""
+    c = three_host_only_copies("2026")
+    assert c.prefetch("x", c.root, [7, 8, 9, 10], 0.0) is not None
+    assert c.prefetch_query("x") == 4
+    assert 1 not in c.root.children and 3 not in c.root.children
+    assert node_at(c, [5, 6]).state() == "H"
+    assert c.host.available() == 2 and c.counters.host_evicted_pages == 4
+    settle(c)
+
+
+@pytest.mark.parametrize(("semantics", "fetched"), [("2026", 6), ("2025", 0)])
+def test_a_partial_storage_hit_only_where_the_flow_allows_it(semantics, fetched):
+    """A 10-page run in storage, host 8 with A, B, C H-only: evicting 10 frees all 6, 8 pages free,
+    still short. 0.5.23 (after_hit) takes what is free when it reaches the threshold (``allow_partial``):
+    8 pages; 0.5.2 (prealloc) gave up and issued nothing."""
+    c = three_host_only_copies(semantics)
+    keys = list(range(20, 30))
+    c.storage.put(chain_hashes(None, keys))
+    op = c.prefetch("y", c.root, keys, 0.0)
+    if semantics == "2026":
+        assert c.prefetch_query("y") == 8
+        assert c.counters.failed_host_allocations == 1 and c.counters.host_evicted_pages == 6
+    else:
+        assert op is None and c.counters.failed_host_allocations == 1
+    settle(c)

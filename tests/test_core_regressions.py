@@ -149,7 +149,7 @@ def test_30106_prefetch_never_anchors_host_only_pages_under_a_device_only_node()
     keys = list(range(100, 120))
     c.storage.put(chain_hashes(None, [1, 2, *keys])[2:])
     assert c.prefetch("r", anchor, keys, 0.0) is None
-    assert c.counters.prefetch_revoked == 1 and c.prefetch_occupied_pages == 0
+    assert c.counters.prefetch_unbacked_anchor == 1 and c.prefetch_occupied_pages == 0
     check(c)
 
 
@@ -238,7 +238,7 @@ def test_prefetch_never_attaches_h_only_pages_under_a_device_only_node(rule):
     assert anchor.state() == "D"
     c.storage.put(chain_hashes(None, [1, 2, 3, 4]))
     assert c.prefetch("r1", anchor, [3, 4], 0.0) is None
-    assert c.counters.prefetch_revoked == 1
+    assert c.counters.prefetch_unbacked_anchor == 1
     settle(c)
 
 

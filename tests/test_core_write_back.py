@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 from conftest import new_cache, node_at, put, settle
 
-from hicache_sim.core import check
+from hicache_sim.core import CacheConfig, check
+from hicache_sim.instant import run_instant
+from hicache_sim.workloads.records import Request
 
 
 def wb(device_pages: int, host_pages: int, **kw):
@@ -198,3 +200,91 @@ def test_a_node_that_becomes_a_duplicate_again_keeps_its_old_place():
     assert t.state() == "D" and leaf.state() == "D+H" and node_at(c, [5, 6]).state() == "H"
     c.dec_lock_ref(leaf)
     settle(c)
+
+
+# ------------------------------------------------------------------- write_back reaches storage
+
+
+@pytest.mark.parametrize(("flow", "stored"), [("unified", True), ("staged", False)])
+def test_a_write_back_copy_goes_on_to_storage_when_the_era_sends_it(flow, stored):
+    """SGLang 0.5.23 finishes each write-back ack like a write-through one, and a finished ack with a
+    storage tier queues the node's storage backup (``writing_check(write_back=True)`` ->
+    ``_finish_write_through_ack`` -> ``write_backup_storage``); 0.5.2's HiRadixCache (staged) dropped
+    the ack. Evicting A (2 pages, D-only) writes it to host; the unified core then sends those 2
+    pages on to storage, the host copy pinned until the storage ack."""
+    c = wb(4, 4, write_back_eviction=flow, storage=True)
+    put(c, [1, 2])
+    a = node_at(c, [1, 2])
+    assert c.evict(2) == 2 and a.state() == "H"
+    h2s = [t for t in c.take_transfers() if t.kind.value == "h2s"]
+    if stored:
+        assert [t.page_hashes for t in h2s] == [a.hashes] and a.host_ref == 1
+        check(c)
+        c.drain()
+        assert a.hashes[0] in c.storage and a.hashes[1] in c.storage and a.host_ref == 0
+        assert c.counters.storage_backup_pages == 2
+    else:
+        assert h2s == [] and a.host_ref == 0
+        c.drain()
+        assert len(c.storage) == 0 and c.counters.storage_backup_pages == 0
+    settle(c)
+
+
+def test_a_written_back_prefix_comes_back_from_storage_after_the_host_lost_it():
+    """sgl-project/sglang #39444's shape in miniature: host smaller than the device, write_back, a
+    store. A (4 pages) is evicted, written back and stored; B (4 pages) evicts A's only host copy.
+    A's prefix is then a storage hit of its whole length: the prefetch anchors at the root."""
+    c = wb(4, 4, storage=True, prefetch_threshold_tokens=1, prefetch_policy="wait_complete")
+    put(c, [1, 2, 3, 4])
+    assert c.evict(4) == 4
+    c.drain()
+    put(c, [5, 6, 7, 8])
+    assert c.evict(4) == 4  # writing B back needs the whole host: A's copy goes
+    c.drain()
+    assert node_at(c, [5, 6, 7, 8]).state() == "H"
+    assert 1 not in c.root.children
+    m = c.match_prefix([1, 2, 3, 4])
+    assert m.device_hit_pages == 0 and m.host_hit_pages == 0
+    # B's host copy must make room for the hit: it is stored too, so nothing is lost.
+    assert c.prefetch("r", m.last_node, [1, 2, 3, 4], 0.0) is not None
+    assert c.prefetch_query("r") == 4
+    c.drain()
+    assert c.check_prefetch_progress("r", 0.0)
+    assert node_at(c, [1, 2, 3, 4]).state() == "H"
+    settle(c)
+
+
+# ------------------------------------------------------------------------------ sglang #39444
+
+PROMPT = 16_011  # tokens; page size 1 (SGLang's default with the Triton backend)
+
+
+def _sglang_39444(policy: str) -> tuple[int, int, int]:
+    """sgl-project/sglang #39444: Qwen3-4B on one H20-3e, L1 42,763 tokens, L2 27,127 (``--hicache-size
+    4``), a Mooncake store (16 GiB segment: 116k tokens of Qwen3-4B, more than the run writes),
+    wait_complete. Five distinct 16,011-token prompts with ``max_new_tokens=1``, then the first again.
+    Returns the replay's (device, host, storage) hit tokens."""
+    prompts = [tuple(range(i * 100_000, i * 100_000 + PROMPT)) for i in range(5)]
+    requests = [Request(f"p{i}", float(i), PROMPT, 1, keys) for i, keys in enumerate(prompts)]
+    requests.append(Request("replay", 10.0, PROMPT, 1, prompts[0]))
+    config = CacheConfig(1, 42_763, 27_127, write_policy=policy, storage=True, prefetch_policy="wait_complete")
+    res = run_instant(config, requests, reserve_last_token=True)
+    return res.device_hit[-1], res.host_hit[-1], res.storage_hit[-1]
+
+
+def test_sglang_39444_write_back_restores_the_whole_prefix_from_storage():
+    """The report: with write_back the replay restores the full prefix from the store, 16,010 tokens
+    (the last token is never matched). Each write-back copy is sent on to storage; the first prompt
+    left the device when the third arrived and the host when the fourth did, so only the store has it."""
+    assert _sglang_39444("write_back") == (0, 0, PROMPT - 1)
+
+
+def test_sglang_39444_write_through_restores_what_the_host_mirrors_leave_free():
+    """The report's write_through replay restores only part of the prefix. Derived by hand: L1 holds
+    two prompts; the host holds one prompt's copy at a time (27,127 < 2 x 16,011), and under
+    evicted_only a host copy of a prompt still on the device is never reclaimed. At the replay the
+    host holds the fifth prompt's mirror, so the storage hit (all 16,010 tokens are in the store:
+    prompts 1, 3 and 5 were stored, 2 and 4 failed their host backup) gets the 27,127 - 16,011 =
+    11,116 free host pages, which 0.5.23 takes as a partial prefetch. A mechanism, not a held
+    figure: the report does not print its write_through restore length."""
+    assert _sglang_39444("write_through") == (0, 0, 27_127 - PROMPT)

@@ -79,6 +79,11 @@ class BackupMixin(CacheState):
             node.pending_write = t.id
             self.inc_lock_ref(node)
             self.ongoing_write[t.id] = (node, n)
+        elif self.storage is not None and self.sem.write_back_eviction.stores_copies:
+            # The blocking wait acknowledges the copy inside the same evict call, and the ack queues
+            # the node's storage backup (its host copy pinned until the storage ack), as for a
+            # write-through ack.
+            self._backup_to_storage([node])
         c = self.counters
         c.backups += 1
         c.backup_pages += n
@@ -108,7 +113,8 @@ class BackupMixin(CacheState):
         return pages
 
     def _ack_write(self, t: Transfer) -> None:
-        """D2H acknowledged: unlock the node and, with a storage tier, back it up to storage."""
+        """D2H acknowledged: unlock the node and, with a storage tier, back it up to storage. A
+        write-back copy was settled (and sent on to storage) when it was made."""
         if t.blocking:
             return
         node, n = self.ongoing_write.pop(t.id)

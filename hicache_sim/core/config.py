@@ -20,8 +20,10 @@ from .policies import (
 )
 from .semantics import SEMANTIC_CHOICES, SEMANTIC_VALUES, SEMANTICS, Semantics, resolve_semantics
 
-#: Write policies a buffer_only host does not run (SGLang runs write_through instead of write_back there).
-BUFFER_ONLY_REFUSED_POLICIES = ("write_back",)
+#: Write policies a buffer_only host runs as another: SGLang 0.5.23 accepts write_back there and resolves
+#: it to write_through at start-up (``validate_hicache_host_memory_mode``: no host tier to write back to).
+#: The scenario resolver applies it with a note; the core itself takes only what the server runs.
+BUFFER_ONLY_RESOLVED_POLICIES = {"write_back": "write_through"}
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,9 @@ class CacheConfig:
                 raise ConfigError(
                     "cache.host_memory_mode", "buffer_only needs a storage backend (storage_backend is none)"
                 )
-            if self.write_policy in BUFFER_ONLY_REFUSED_POLICIES:
-                raise ConfigError("cache.write_policy", f"buffer_only forbids {self.write_policy}")
+            if self.write_policy in BUFFER_ONLY_RESOLVED_POLICIES:
+                runs = BUFFER_ONLY_RESOLVED_POLICIES[self.write_policy]
+                raise ConfigError("cache.write_policy", f"buffer_only runs {self.write_policy} as {runs}: pass {runs}")
             if self.host_pages == 0:
                 raise ConfigError("cache.host_pages", "buffer_only needs a host staging pool > 0 pages")
 

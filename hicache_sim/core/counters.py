@@ -48,6 +48,7 @@ class Counters:
     prefetch_issued: int = 0
     prefetch_rate_limited: int = 0
     prefetch_below_threshold: int = 0
+    prefetch_unbacked_anchor: int = 0  # not started: the match ends on a node without host copy (cache mode)
     prefetch_completed: int = 0
     prefetch_terminated: int = 0  # stopped before every hit page arrived
     prefetch_revoked: int = 0  # nothing usable (no hit, below threshold, no host room, request gone)

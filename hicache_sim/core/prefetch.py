@@ -72,14 +72,11 @@ class PrefetchMixin(CacheState):
         if self.prefetch_rate_limited():
             c.prefetch_rate_limited += 1
             return None
-        if (
-            not self.buffer_only
-            and anchor is not self.root
-            and anchor.host_value is None
-            and self.host_rule.h_only_needs_host_parent(self)
-        ):
-            # H-only pages under a D-only node would break the host invariant (#30106).
-            c.prefetch_revoked += 1
+        if not self.buffer_only and anchor is not self.root and anchor.host_value is None:
+            # SGLang's scheduler starts a cache-mode prefetch only below a host-backed node or the
+            # root (``_prefetch_kvcache``): H-only pages under a D-only node would break the host
+            # invariant (#30106), whatever the write policy.
+            c.prefetch_unbacked_anchor += 1
             return None
         hashes = chain_hashes(anchor.hashes[-1] if anchor.hashes else None, keys)
         pin = self._pin_anchor(anchor)
@@ -113,12 +110,21 @@ class PrefetchMixin(CacheState):
         op.pin = "none"
 
     def _alloc_prefetch_host(self, n: int) -> list[int] | None:
-        """Host pages for ``n`` prefetched pages, or a shorter run of what is free if still >= threshold."""
-        pages = self.alloc_host(n)
+        """Host pages for ``n`` prefetched pages (mutates). A short host first evicts ``n`` pages, the
+        whole run and not only the shortfall, as SGLang does for a storage hit; then, where the flow
+        allows it, a shorter run of what is free if that still reaches the threshold (cache mode
+        only: 0.5.23's buffer pipeline asks for the whole hit or nothing)."""
+        host = self.host
+        pages = host.alloc(n)
         if pages is None:
-            avail = self.host.available()
-            if avail >= self.prefetch_threshold_pages:
-                pages = self.host.alloc(avail)
+            self.evict_host(n)
+            pages = host.alloc(n)
+        if pages is None:
+            self.counters.failed_host_allocations += 1
+            avail = host.available()
+            partial = self.sem.prefetch_flow.partial and not self.buffer_only
+            if partial and avail >= self.prefetch_threshold_pages:
+                pages = host.alloc(avail)
         return pages
 
     # ----------------------------------------------------------------------------------- query

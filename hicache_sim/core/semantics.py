@@ -98,15 +98,21 @@ PARENT_BACKUPS.add("chain", _ChainParent())
 @dataclass(frozen=True)
 class PrefetchFlow:
     """When a storage prefetch takes host pages: ``prealloc`` reserves them at issue, before the
-    storage query (2025); ``after_hit`` allocates exactly the hit pages once the query returns (2026)."""
+    storage query (2025); ``after_hit`` allocates exactly the hit pages once the query returns (2026).
+
+    Either way a short host is first relieved of the whole run (0.5.2's ``prefetch_from_storage`` and
+    0.5.23's ``allocate_storage_hit`` both call ``evict_host`` with the full length, not the
+    shortfall). ``partial``: when even that leaves too little, take what is free if it still reaches
+    the prefetch threshold (0.5.23's ``allow_partial``); 0.5.2 gave up."""
 
     name: str
     reserves_at_issue: bool
+    partial: bool
 
 
 PREFETCH_FLOWS: Registry[PrefetchFlow] = Registry("prefetch flow", "cache.prefetch_flow")
-PREFETCH_FLOWS.add("prealloc", PrefetchFlow("prealloc", True))
-PREFETCH_FLOWS.add("after_hit", PrefetchFlow("after_hit", False))
+PREFETCH_FLOWS.add("prealloc", PrefetchFlow("prealloc", True, False))
+PREFETCH_FLOWS.add("after_hit", PrefetchFlow("after_hit", False, True))
 
 
 @dataclass(frozen=True)
@@ -114,15 +120,21 @@ class WriteBackEviction:
     """How write_back evicts: ``staged`` (HiRadixCache) writes each device victim back, detaches it
     and keeps its host copy pinned until the end of the evict call; ``unified`` (the unified tree
     core) writes and demotes each victim at once, unpinned, and makes host room from full host
-    duplicates (D+H nodes, oldest duplicate first) before evicting host-only copies."""
+    duplicates (D+H nodes, oldest duplicate first) before evicting host-only copies.
+
+    ``stores_copies``: with a storage tier, is each write-back copy backed up on to storage when it
+    is acknowledged? SGLang 0.5.23's unified cache does (the blocking ``writing_check`` finishes each
+    write-back ack like a write-through one, which queues the node's storage backup); 0.5.2's
+    HiRadixCache dropped write-back acks without one, so its write_back never reached storage."""
 
     name: str
     unified: bool
+    stores_copies: bool
 
 
 WRITE_BACK_EVICTIONS: Registry[WriteBackEviction] = Registry("write-back eviction", "cache.write_back_eviction")
-WRITE_BACK_EVICTIONS.add("staged", WriteBackEviction("staged", False))
-WRITE_BACK_EVICTIONS.add("unified", WriteBackEviction("unified", True))
+WRITE_BACK_EVICTIONS.add("staged", WriteBackEviction("staged", False, False))
+WRITE_BACK_EVICTIONS.add("unified", WriteBackEviction("unified", True, True))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from ..core import (
     CacheConfig,
     ConfigError,
 )
+from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from ..core.sizing import ModelDims, host_pool_tokens, kv_bytes_per_token
 from ..hardware.linkmodel import LinkParams
 from ..hardware.memory import (
@@ -304,7 +305,8 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     running = running_cap(sc, model, device_tokens, warnings)
     host_tokens = _host_tokens(sc, device_tokens, bpt, warnings)
     storage = _storage(sc, bpt)
-    cache = _cache_config(sc.cache, device_tokens, host_tokens, storage, bpt, strict)
+    policy = _write_policy(sc.cache, warnings)
+    cache = _cache_config(sc.cache, policy, device_tokens, host_tokens, storage, bpt, strict)
     cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
     store = STORAGE.get(sc.cache.storage_backend).sglang_backend if sc.cache.storage_backend != "none" else ""
     io, layout, note = effective_io(sc.cache.io_backend, sc.cache.mem_layout, store, sc.cache.semantics)
@@ -432,8 +434,27 @@ def _storage(sc: Scenario, bpt: int) -> StorageParams:
     )
 
 
+def _write_policy(c: CacheSpec, warnings: list[str]) -> str:
+    """The write policy SGLang runs: buffer_only resolves write_back to write_through at start-up, as
+    SGLang 0.5.23 does (with its info line); appends the note to ``warnings``."""
+    runs = BUFFER_ONLY_RESOLVED_POLICIES.get(c.write_policy) if c.host_memory_mode == "buffer_only" else None
+    if runs is None:
+        return c.write_policy
+    warnings.append(
+        f"cache.write_policy {c.write_policy}: SGLang runs {runs} in buffer_only mode (the host only stages "
+        "pages for storage), so this run uses it"
+    )
+    return runs
+
+
 def _cache_config(
-    c: CacheSpec, device_tokens: int, host_tokens: int, storage: StorageParams, bpt: int, strict: bool
+    c: CacheSpec,
+    write_policy: str,
+    device_tokens: int,
+    host_tokens: int,
+    storage: StorageParams,
+    bpt: int,
+    strict: bool,
 ) -> CacheConfig:
     """The core's configuration: pool sizes in pages and the cache section's policies."""
     page = c.page_size
@@ -441,7 +462,7 @@ def _cache_config(
         page_size=page,
         device_pages=device_tokens // page,
         host_pages=host_tokens // page,
-        write_policy=c.write_policy,
+        write_policy=write_policy,
         host_eviction=c.host_eviction,
         host_memory_mode=c.host_memory_mode,
         eviction_policy=c.eviction_policy,

@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
+from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
 from ..hardware.presets import MODELS, STORAGE
@@ -342,9 +343,10 @@ def _write_policy_read(ctx: ReadContext) -> dict[str, Any]:
     policy = _choice(WRITE_POLICIES.names())(
         "--hicache-write-policy", ctx.args.get("--hicache-write-policy", "write_through")
     )
-    if policy == "write_back" and ctx.args.get("--hicache-host-memory-mode") == "buffer_only" and ctx.storage:
-        ctx.notes.append("--hicache-write-policy write_back: SGLang runs write_through in buffer_only mode")
-        policy = "write_through"
+    runs = BUFFER_ONLY_RESOLVED_POLICIES.get(policy)
+    if runs and ctx.args.get("--hicache-host-memory-mode") == "buffer_only" and ctx.storage:
+        ctx.notes.append(f"--hicache-write-policy {policy}: SGLang runs {runs} in buffer_only mode")
+        policy = runs
     return {"cache.write_policy": policy}
 
 
