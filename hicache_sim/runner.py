@@ -259,9 +259,28 @@ def run_timed_scenario(
         timed={"sim_time_s": res.sim_time_s, "links": res.links},
         warmup_requests=wl.warmup_requests,
         serving=wl.serving is not None,
+        l3=_l3_block(r) if r.cache.storage else None,
     )
     transfers = _frame(res.transfers) if record_transfers else None
     return RunOutput(r, summary, table, Columns.from_frame(_frame(res.timeseries)), transfers)
+
+
+def _l3_block(r: Resolved) -> Callable[[Columns], dict]:
+    """summary.json's ``l3`` of a timed run with a store: load vs recompute (part (a) of the verdict;
+    part (b), the run without the store, is advise's)."""
+
+    def block(measured: Columns) -> dict:
+        from .output.l3 import HOW_TO_COMPARE, load_vs_recompute, verdict_line
+
+        a = load_vs_recompute(r, measured)
+        return {
+            "load_vs_recompute": a,
+            "with_without": None,
+            "with_without_how": HOW_TO_COMPARE,
+            "line": verdict_line(a),
+        }
+
+    return block
 
 
 def simulate(
@@ -341,7 +360,10 @@ def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) 
         if figures:
             from .output.plots import run_figures
 
-            run_figures(
-                out.resolved.scenario.name, out.summary["mode"], out.request_columns, out.timeseries_columns, tmp
-            )
+            name = out.resolved.scenario.name
+            run_figures(name, out.summary["mode"], out.request_columns, out.timeseries_columns, tmp)
+            if "l3" in out.summary:
+                from .output.l3 import l3_figure
+
+                l3_figure(out.summary["l3"]["load_vs_recompute"], None, tmp / "l3.png", f"{name}: L3 verdict")
     return out_dir

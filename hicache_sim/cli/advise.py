@@ -96,6 +96,23 @@ def advise(
             )
     import json
 
+    from ..scenario import build_scenario
+
+    backend = build_scenario(st.base, scenario, list(set_)).cache.storage_backend
+    l3, l3_note = None, None
+    if backend != "none":
+        if instant_only:
+            l3_note = f"L3 ({backend}): no verdict with --instant-only (it needs timed runs)"
+        else:
+            from ..advise import POLICY, RULE, SIZE, point_of
+            from ..output.l3 import store_pair
+
+            with user_errors(scenario), output_errors(shown):
+                point = point_of(a.chosen, [SIZE, POLICY, RULE]).as_set_args()
+                store = f"cache.storage_backend={json.dumps(backend)}"
+                l3 = store_pair(
+                    st.base, scenario, [*set_, *point, store], base_dir=base_dir, folder=folder, workers=workers
+                )
     flags = [
         ("--target-hit-rate", target_hit_rate),
         ("--target-ttft-p99", target_ttft_p99),
@@ -108,10 +125,15 @@ def advise(
     command = shlex.join(["hicache-sim", "advise", scenario, *words, *(["--instant-only"] if instant_only else [])])
     with output_errors(shown):
         advice_figure(a, folder / "advice.png", f"{name}: host size advice")
-        d = advice_dict(a, command)
+        if l3 is not None:
+            from ..output.l3 import l3_figure
+
+            l3_figure(l3["load_vs_recompute"], l3["with_without"], folder / "l3.png", f"{name}: L3 verdict")
+        d = advice_dict(a, command, l3)
         write_text_atomic(folder / "advice.json", json.dumps(d, indent=1, sort_keys=True) + "\n")
-    for line in advice_lines(a):
+    for line in advice_lines(a, l3):
         typer.echo(line)
-    typer.echo(
-        f"wrote {shown / 'advice.json'}, {shown / 'advice.png'} (sweeps in {shown / 'instant'}, {shown / 'timed'})"
-    )
+    if l3_note:
+        typer.echo(l3_note)
+    figures = f"{shown / 'advice.png'}" + (f", {shown / 'l3.png'}" if l3 is not None else "")
+    typer.echo(f"wrote {shown / 'advice.json'}, {figures} (sweeps in {shown / 'instant'}, {shown / 'timed'})")

@@ -48,6 +48,26 @@ def nothing_served(s: dict, requests) -> str | None:
     return f"nothing was served: all {s['requests']} requests were rejected{_reasons(requests)}"
 
 
+def l3_lines(s: dict, storage: bool, store: str, scenario: str, set_: list[str]) -> list[str]:
+    """The L3 verdict of a run with a store: load vs recompute (timed), and how to get the with / without
+    comparison; an instant run has no timing and says where the verdict comes from."""
+    if not storage:
+        return []
+    if "l3" not in s:
+        return [
+            f"L3 ({store}): instant mode has no timing; for load vs recompute and TTFT with and without the store: "
+            "--set mode=timed, or hicache-sim advise"
+        ]
+    import shlex
+
+    from ..output.l3 import detail_lines, verdict_line
+
+    a = s["l3"]["load_vs_recompute"]
+    words = ["hicache-sim", "advise", scenario, *(w for x in set_ for w in ("--set", x))]
+    hint = f"whether the store lowers TTFT here: {shlex.join(words)} (times it with and without the store)"
+    return [verdict_line(a, hint=hint), *detail_lines(a)]
+
+
 @app.command()
 def run(
     scenario: str = typer.Argument(
@@ -111,6 +131,8 @@ def run(
         typer.echo(rounds_table(result.summary["rounds"]))
     if "serving" in result.summary:
         typer.echo(serving_table(result.summary["serving"]))
+    for line in l3_lines(result.summary, r.cache.storage, r.scenario.cache.storage_backend, scenario, set_):
+        typer.echo(line)
     shown = out if out is not None else Path("results") / sc.name
     typer.echo(f"wrote {shown}")
     empty = nothing_served(result.summary, result.request_columns)

@@ -60,8 +60,9 @@ def upstream_record(a: Advice) -> dict[str, Any]:
     return rec
 
 
-def advice_dict(a: Advice, command: str) -> dict[str, Any]:
-    """Everything the text says, as data (``target.met`` is what a script should test)."""
+def advice_dict(a: Advice, command: str, l3: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the text says, as data (``target.met`` is what a script should test); ``l3``: the
+    storage verdict of the recommendation (:func:`hicache_sim.output.l3.store_pair`), when it ran."""
     inst = a.chosen_instant
     out: dict[str, Any] = {
         "command": command,
@@ -86,6 +87,8 @@ def advice_dict(a: Advice, command: str) -> dict[str, Any]:
         "ranks": a.setup.ranks,
         "curve": [{**_config(r), "hit_rate_instant": float(r[HIT])} for _, r in curve(a.instant).iterrows()],
     }
+    if l3 is not None:
+        out["l3"] = l3
     if a.timed_table is not None:
         out["timed"] = [
             {**_config(r), "hit_rate": float(r[HIT]), "ttft_p99_s": float(r[TTFT])} for _, r in a.timed_table.iterrows()
@@ -114,8 +117,8 @@ def confidence(a: Advice) -> list[str]:
     return lines
 
 
-def advice_lines(a: Advice) -> list[str]:
-    """The text the CLI prints."""
+def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
+    """The text the CLI prints (``l3``: the storage verdict's line and what it rests on, when it ran)."""
     c = a.chosen
     goal = (
         f"TTFT p99 <= {a.target_value:g} s"
@@ -171,6 +174,13 @@ def advice_lines(a: Advice) -> list[str]:
                 f"  with SGLang's upstream rule: {how} {int(u[SIZE])} GB per rank, {u[POLICY]}, "
                 f"hit rate {u[HIT]:.3f}{ttft}"
             )
+    if l3 is not None:
+        from .l3 import detail_lines
+
+        lines.append(l3["line"])
+        lines.extend(detail_lines(l3["load_vs_recompute"], l3["with_without"]))
+        if "note" in l3:
+            lines.append(f"  note: {l3['note']}")
     lines.extend(f"confidence: {x}" for x in confidence(a))
     lines.extend(f"note: {n}" for n in a.setup.notes)
     return lines

@@ -6,7 +6,7 @@ as bench_multiturn prints it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,6 +44,8 @@ SCOPES = {
     "links": "whole run: busy time and bytes per link",
     "rounds": ROUNDS_SCOPE,
     "serving": SERVING_SCOPE,
+    "l3": "load_vs_recompute: one request on an idle server, its prefix shape from the window's finished "
+    "requests that read from L3; with_without: a second run without the store (hicache-sim advise)",
 }
 
 
@@ -94,9 +96,11 @@ def build_summary(
     timed: dict | None = None,
     warmup_requests: int = 0,
     serving: bool = False,
+    l3: Callable[[Columns], dict] | None = None,
 ) -> dict:
     """The summary dict. ``requests`` has one row per request in arrival order (see runner); the first
-    ``warmup_requests`` are the workload's warm-up; ``serving`` adds bench_serving's block (timed)."""
+    ``warmup_requests`` are the workload's warm-up; ``serving`` adds bench_serving's block (timed);
+    ``l3`` makes the storage verdict's block from the window's finished requests (runs with a store)."""
     requests = as_columns(requests)
     win = window_of(len(requests), warmup_fraction, warmup_requests)
     measured = requests.take(slice(win["first_request"], None))
@@ -142,5 +146,7 @@ def build_summary(
     if serving and timed is not None:
         # bench_serving reports every request of its run, whatever warm-up share the scenario measures
         summary["serving"] = serving_metrics(requests.take(slice(warmup_requests, None)))
+    if l3 is not None:
+        summary["l3"] = l3(finished)
     summary["scopes"] = {key: SCOPES[key] for key in summary if key != "mode"}  # every figure is labelled
     return summary
