@@ -52,7 +52,8 @@ def advise(
     shortlisted points, and print the smallest host memory meeting the target with the SGLang flags.
     With no target: the smallest host within 0.01 of the best hit rate the grid reaches. A target no
     host size meets is said so, with the best reachable point, and still exits 0 (advice.json's
-    target.met is false)."""
+    target.met is false). With a storage backend, the recommendation is also timed without the store:
+    the L3 verdict (does loading beat recomputing, does the store lower TTFT) in one line and l3.png."""
     from ..advise import advise as run_advice
     from ..advise import check_target_args, setup
     from ..output.advice import advice_dict, advice_figure, advice_lines
@@ -107,6 +108,7 @@ def advise(
             from ..advise import POLICY, RULE, SIZE, point_of
             from ..output.l3 import store_pair
 
+            typer.echo(f"L3 verdict: timing the recommendation with and without the store ({backend})", err=True)
             with user_errors(scenario), output_errors(shown):
                 point = point_of(a.chosen, [SIZE, POLICY, RULE]).as_set_args()
                 store = f"cache.storage_backend={json.dumps(backend)}"

@@ -96,7 +96,8 @@ def run(
     no_figures: bool = typer.Option(False, "--no-figures", help="skip the PNG figures"),
 ) -> None:
     """Run SCENARIO and write summary.json, requests.parquet, timeseries.parquet, figures and the
-    resolved scenario into the result folder. Exits 1 when no request could be served."""
+    resolved scenario into the result folder; a timed run with a store also says whether loading a prefix
+    from it beats recomputing (summary.json l3, l3.png). Exits 1 when no request could be served."""
     from ..output.rounds import rounds_table
     from ..output.serving import serving_table
     from ..output.write import check_target
