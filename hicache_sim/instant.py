@@ -4,7 +4,9 @@ The request loop is SGLang's scheduler with time taken out, one request at a tim
 complete every pending acknowledgement (the scheduler's ``check_hicache_events``), match and lock,
 load the host hit back, allocate each prefill chunk and checkpoint after it, cache the finished
 request. With a storage tier, a request's storage prefetch is issued and finished before it is
-admitted (the stop policy has nothing to wait for). The fast path for large sweeps.
+admitted (the stop policy has nothing to wait for). The clock (``cache.now``) is each request's
+arrival, so a store's leases and cleaner periods (``core/stores.py``) see the trace's time. The fast
+path for large sweeps.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def run_instant(
     rids, prompt_pages = res.rids.append, res.prompt_pages.append
     device_hit, host_hit, storage_hit = res.device_hit.append, res.host_hit.append, res.storage_hit.append
     for i, req in enumerate(requests):
+        if req.arrival_s > cache.now:
+            cache.now = req.arrival_s
         if inflight:
             cache.drain()
         if cache._outbox:

@@ -221,6 +221,32 @@ SCENARIO_CASES = [
         ["eviction_policy_config", "unknown key 'protected_treshold'", "protected_threshold (slru)"],
         id="policy-config-typo",
     ),
+    # storage eviction models (core/stores.py): the name, a knob the model does not read, knob ranges
+    pytest.param(
+        {**with_("cache", storage_backend="file"), "hardware": {"storage": {"eviction": "fifo"}}},
+        ["hardware.storage.eviction", "unknown storage eviction model 'fifo'", "mooncake"],
+        id="store-model-unknown",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="file"), "hardware": {"storage": {"lease_s": 5}}},
+        ["hardware.storage.lease_s", "the file store model does not read it", "mooncake"],
+        id="store-knob-of-another-model",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="nixl"), "hardware": {"storage": {"low_watermark": 0.9}}},
+        ["hardware.storage.low_watermark", "below high_watermark (0.8)", "0.9"],
+        id="store-nixl-low-above-high",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"storage": {"evict_ratio": 0.1}}},
+        ["hardware.storage.evict_ratio", "no storage tier", "cache.storage_backend is none"],
+        id="store-knob-without-store",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="mooncake"), "hardware": {"storage": {"high_watermark": 1.2}}},
+        ["hardware.storage.high_watermark", "1"],
+        id="store-watermark-above-one",
+    ),
 ]
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from . import app
 from .common import user_errors
+
+if TYPE_CHECKING:
+    from ..core import CacheConfig
 
 
 @app.command()
@@ -40,7 +45,14 @@ def validate(
     )
     typer.echo(
         f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
-        f"storage {'on' if c.storage else 'off'}"
+        f"storage {_storage_line(c) if c.storage else 'off'}"
     )
     for w in r.warnings:
         typer.echo(f"warning: {w}", err=True)
+
+
+def _storage_line(c: CacheConfig) -> str:
+    """The store: its capacity in this rank's pages and what it does when full (core/stores.py)."""
+    cap = "unbounded" if c.storage_capacity_pages is None else f"{c.storage_capacity_pages} pages"
+    knobs = "".join(f", {k} {v}" for k, v in c.storage_eviction_params.items())
+    return f"on ({cap}, eviction {c.storage_eviction}{knobs})"

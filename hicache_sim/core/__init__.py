@@ -14,7 +14,8 @@ operation that moves KV puts a :class:`Transfer` in the outbox; the caller perfo
 Where to start reading: ``tree.py`` (nodes), ``state.py`` (bookkeeping every mutation goes through),
 ``cache.py`` (match/insert/complete), then ``eviction.py``, ``backup.py``, ``loadback.py``,
 ``prefetch.py``, ``buffer.py``, ``requests.py`` (a request's life), ``invariants.py`` (``check``).
-Policies are registries in ``policies.py`` and ``host_rules.py``, era variants in ``semantics.py``;
+Policies are registries in ``policies.py`` and ``host_rules.py``, era variants in ``semantics.py``,
+what each storage backend does when full in ``stores.py``;
 sizes in ``sizing.py``; the waiting-queue order of SGLang's ``--schedule-policy`` in ``schedule.py``.
 """
 
@@ -33,6 +34,7 @@ from .policies import (
 from .requests import RequestState
 from .schedule import SCHEDULE_POLICIES
 from .semantics import SEMANTICS
+from .stores import STORE_MODELS
 from .transfers import Transfer, TransferKind
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "PREFETCH_STOP_POLICIES",
     "SCHEDULE_POLICIES",
     "SEMANTICS",
+    "STORE_MODELS",
     "WRITE_POLICIES",
     "CacheConfig",
     "CacheStateError",

@@ -19,6 +19,7 @@ from .policies import (
     WRITE_POLICIES,
 )
 from .semantics import SEMANTIC_CHOICES, SEMANTIC_VALUES, SEMANTICS, Semantics, resolve_semantics
+from .stores import STORE_MODELS
 
 #: Write policies a buffer_only host runs as another: SGLang 0.5.23 accepts write_back there and resolves
 #: it to write_through at start-up (``validate_hicache_host_memory_mode``: no host tier to write back to).
@@ -32,9 +33,11 @@ class CacheConfig:
 
     ``host_pages == 0`` means no host tier (plain RadixCache: nothing is ever backed up).
     ``storage_pages`` is None without a storage tier; with one, ``storage_capacity_pages`` bounds it
-    (None: unbounded). ``semantics`` picks the 2025 or 2026 upstream variant where they differ
-    (prefetch capacity formula, prefetch flow, timeout defaults, write-back eviction, checkpoint
-    insert-hits; see :mod:`.semantics`).
+    (None: unbounded) and ``storage_eviction`` names what a full store does (a ``STORE_MODELS`` entry,
+    its knobs in ``storage_eviction_params``; ``storage_objects_per_page``: the objects a page is
+    stored as over every writing rank, for the models that evict objects). ``semantics`` picks the
+    2025 or 2026 upstream variant where they differ (prefetch capacity formula, prefetch flow,
+    timeout defaults, write-back eviction, checkpoint insert-hits; see :mod:`.semantics`).
     """
 
     page_size: int
@@ -49,6 +52,9 @@ class CacheConfig:
     load_back_threshold_tokens: int = 10
     storage: bool = False
     storage_capacity_pages: int | None = None
+    storage_eviction: str = "lru"
+    storage_eviction_params: dict[str, Any] = field(default_factory=dict)
+    storage_objects_per_page: int = 1
     storage_batch_pages: int = 128
     prefetch_policy: str = "timeout"
     prefetch_threshold_tokens: int = 256
@@ -70,6 +76,7 @@ class CacheConfig:
             "page_size": self.page_size,
             "device_pages": self.device_pages,
             "storage_batch_pages": self.storage_batch_pages,
+            "storage_objects_per_page": self.storage_objects_per_page,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -95,6 +102,7 @@ class CacheConfig:
                 self._choice(name, value, allowed)
         if self.storage_capacity_pages is not None and self.storage_capacity_pages < 0:
             raise ConfigError("cache.storage_capacity_pages", f"must be >= 0, got {self.storage_capacity_pages}")
+        STORE_MODELS.get(self.storage_eviction).check_params(self.storage_eviction_params)
         if self.host_memory_mode == "buffer_only":
             if not self.storage:
                 raise ConfigError(

@@ -1,14 +1,17 @@
-"""Page allocators for the device (L1) and host (L2) pools, and the storage (L3) index.
+"""Page allocators for the device (L1) and host (L2) pools. The storage (L3) index lives in
+:mod:`.stores`, one model per backend; ``StorageIndex`` is its exact page LRU under its first name.
 
 Everything is page-granular: a slot index names one page of ``page_size`` tokens.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 
 from .errors import CacheStateError
+from .stores import PageLRU as StorageIndex
+
+__all__ = ["PagePool", "StorageIndex"]
 
 
 class PagePool:
@@ -102,54 +105,3 @@ class PagePool:
     def free_pages(self) -> list[int]:
         """Copy of the whole free list in reuse order (read-only; O(size): small pools and tests only)."""
         return [*range(self._fresh, self.size), *self._free[self._head :]]
-
-
-class StorageIndex:
-    """The storage tier (L3) as an index of page hashes with a capacity in pages and LRU eviction.
-
-    ``prefix_hits`` answers what a storage backend's ``batch_exists`` answers: how many of the
-    leading hashes are present (a miss ends the run). ``capacity_pages=None`` means unbounded.
-    """
-
-    def __init__(self, capacity_pages: int | None) -> None:
-        if capacity_pages is not None and capacity_pages < 0:
-            raise ValueError(f"storage capacity_pages must be >= 0 or None, got {capacity_pages}")
-        self.capacity = capacity_pages
-        self._pages: OrderedDict[int, None] = OrderedDict()
-        self.evicted_pages = 0
-
-    def __len__(self) -> int:
-        return len(self._pages)
-
-    def __contains__(self, page_hash: int) -> bool:
-        return page_hash in self._pages
-
-    def prefix_hits(self, hashes: list[int], *, touch: bool = True) -> int:
-        """Leading hashes present (read; with ``touch`` the hits become most recently used)."""
-        n = 0
-        pages = self._pages
-        for h in hashes:
-            if h not in pages:
-                break
-            if touch:
-                pages.move_to_end(h)
-            n += 1
-        return n
-
-    def put(self, hashes: Iterable[int]) -> int:
-        """Store pages (mutates); evicts least recently used pages beyond capacity. Returns pages added."""
-        pages = self._pages
-        added = 0
-        for h in hashes:
-            if h in pages:
-                pages.move_to_end(h)
-                continue
-            if self.capacity is not None:
-                if self.capacity == 0:
-                    continue
-                while len(pages) >= self.capacity:
-                    pages.popitem(last=False)
-                    self.evicted_pages += 1
-            pages[h] = None
-            added += 1
-        return added

@@ -16,7 +16,8 @@ from .config import CacheConfig
 from .counters import Counters
 from .errors import CacheStateError
 from .policies import EVICTION_STRATEGIES, HOST_EVICTION_RULES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
-from .pools import PagePool, StorageIndex
+from .pools import PagePool
+from .stores import STORE_MODELS
 from .transfers import Transfer, TransferKind
 from .tree import ROOT_PRIORITY, Node, chain_hashes
 
@@ -30,7 +31,17 @@ class CacheState:
         self.sem = config.resolved_semantics
         self.device = PagePool("device", config.device_pages, strict=config.strict)
         self.host = PagePool("host", config.host_pages, strict=config.strict)
-        self.storage = StorageIndex(config.storage_capacity_pages) if config.storage else None
+        self.storage = (
+            STORE_MODELS.get(config.storage_eviction)(
+                config.storage_capacity_pages,
+                config.storage_eviction_params,
+                clock=lambda: self.now,  # leases and cleaner periods run on the simulated clock
+                batch_pages=config.storage_batch_pages,
+                objects_per_page=config.storage_objects_per_page,
+            )
+            if config.storage
+            else None
+        )
         self.counters = Counters()
         self.strategy = EVICTION_STRATEGIES.get(config.eviction_policy)(config.eviction_policy_config)
         self.write_policy = WRITE_POLICIES.get(config.write_policy)

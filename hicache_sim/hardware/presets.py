@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..core.registry import Registry
+from ..core.stores import STORE_MODELS
 from .linkmodel import LinkParams
 
 IO_BACKENDS = ("kernel", "direct")
@@ -346,8 +347,10 @@ for _link in (
 
 @dataclass(frozen=True)
 class StoragePreset:
-    """A storage (L3) backend: read/write GB/s, per-batch latency (us), default capacity (GB), and the
-    ``--hicache-storage-backend`` value that runs it in SGLang (``sglang-args`` prints it)."""
+    """A storage (L3) backend: read/write GB/s, per-batch latency (us), default capacity (GB), the
+    ``--hicache-storage-backend`` value that runs it in SGLang (``sglang-args`` prints it), and what
+    the backend does when full (``eviction``: a ``STORE_MODELS`` name, its source in
+    docs/reference/sglang-hicache-semantics.md section 3.7)."""
 
     name: str
     read_gbps: float
@@ -355,28 +358,34 @@ class StoragePreset:
     latency_us: float
     capacity_gb: float
     sglang_backend: str = ""
+    eviction: str = "lru"
 
     def __post_init__(self) -> None:
         if not self.sglang_backend:
             object.__setattr__(self, "sglang_backend", self.name)
+        STORE_MODELS.get(self.eviction)
 
 
 STORAGE: Registry[StoragePreset] = Registry("storage backend", "cache.storage_backend")
 for _s in (
     # SGLang's backend names (sglang 0.5.23 --hicache-storage-backend) for the backends modelled:
     # file (HiCacheFile: one file per page under a local folder) on a PCIe Gen4 x4 NVMe, ~7 GB/s
-    # read, ~5 GB/s write, ~80 us (BLIS nvme_gen4 defaults).
-    StoragePreset("file", 7.0, 5.0, 80.0, 2000.0),
-    # Distributed file/object stores over RDMA: 3FS-like (hf3fs) and Mooncake-store-like (per-node share).
-    StoragePreset("hf3fs", 20.0, 10.0, 200.0, 20000.0),
-    StoragePreset("mooncake", 25.0, 12.0, 150.0, 20000.0),
+    # read, ~5 GB/s write, ~80 us (BLIS nvme_gen4 defaults). Started without max_size it never
+    # evicts: a full disk fails the write (eviction "file"; with max_size: "file_lru").
+    StoragePreset("file", 7.0, 5.0, 80.0, 2000.0, eviction="file"),
+    # Distributed file/object stores over RDMA: 3FS-like (hf3fs: its metadata server is an exact
+    # page LRU per rank) and Mooncake-store-like (capacity: the pool all ranks share; batch eviction
+    # over the high watermark, leases).
+    StoragePreset("hf3fs", 20.0, 10.0, 200.0, 20000.0, eviction="lru"),
+    StoragePreset("mooncake", 25.0, 12.0, 150.0, 20000.0, eviction="mooncake"),
     # nixl: NIXL's storage plugins write local files (POSIX, GDS); taken as the file backend's local
-    # Gen4 NVMe (estimate: no published HiCache-over-NIXL figure).
-    StoragePreset("nixl", 7.0, 5.0, 80.0, 2000.0),
+    # Gen4 NVMe (estimate: no published HiCache-over-NIXL figure). Its cleaner deletes the oldest
+    # writes from 80 % of the disk down to 70 %, every 30 s.
+    StoragePreset("nixl", 7.0, 5.0, 80.0, 2000.0, eviction="nixl"),
     # Disks for the file backend: the Gen4 NVMe above, and a Gen5 x4 enterprise NVMe (PM1743): 13 GB/s
     # read, 6.6 GB/s write.
-    StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0, sglang_backend="file"),
-    StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0, sglang_backend="file"),
+    StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0, sglang_backend="file", eviction="file"),
+    StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0, sglang_backend="file", eviction="file"),
 ):
     STORAGE.add(_s.name, _s)
 # The name earlier scenarios used for hf3fs.

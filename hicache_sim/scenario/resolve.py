@@ -13,6 +13,7 @@ from ..core import (
 )
 from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from ..core.sizing import ModelDims, host_pool_tokens, kv_bytes_per_token
+from ..core.stores import STORE_MODELS
 from ..hardware.linkmodel import LinkParams
 from ..hardware.memory import (
     GIB,
@@ -276,13 +277,17 @@ NO_STORAGE_GBPS = 1.0
 
 @dataclass(frozen=True)
 class StorageParams:
-    """The L3 tier as the world sees it: off, or a capacity (None: unbounded) and its costs."""
+    """The L3 tier as the world sees it: off, or a capacity (None: unbounded), its costs, and what it
+    does when full (a ``STORE_MODELS`` name and the knobs the scenario set)."""
 
     on: bool
     capacity_pages: int | None
     read_Bps: float
     write_Bps: float
     latency_s: float
+    eviction: str = "lru"
+    eviction_params: dict[str, float] = dataclasses.field(default_factory=dict)
+    objects_per_page: int = 1
 
 
 def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
@@ -304,7 +309,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
     running = running_cap(sc, model, device_tokens, warnings)
     host_tokens = _host_tokens(sc, device_tokens, bpt, warnings)
-    storage = _storage(sc, bpt)
+    storage = _storage(sc, bpt, model)
     policy = _write_policy(sc.cache, warnings)
     cache = _cache_config(sc.cache, policy, device_tokens, host_tokens, storage, bpt, strict)
     cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
@@ -419,18 +424,31 @@ def _host_tokens(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str]
     return sizing.host_tokens
 
 
-def _storage(sc: Scenario, bpt: int) -> StorageParams:
-    """The storage tier: the scenario's values, else the backend preset's."""
+def storage_writers(sc: Scenario, model: ModelPreset) -> int:
+    """Ranks that write their own copy of each page to storage: every TP and PP rank, but under MLA
+    only TP rank 0 of each stage (the others skip the backup: their KV is the same). A Mooncake page is
+    K and V objects per writer (MLA: one latent object)."""
+    return sc.hardware.pp if model.attention == "mla" else sc.hardware.tp * sc.hardware.pp
+
+
+def _storage(sc: Scenario, bpt: int, model: ModelPreset) -> StorageParams:
+    """The storage tier: the scenario's values, else the backend preset's. A store whose capacity is
+    one pool (or disk) for every writing rank holds this rank's pages in its share of it."""
     backend, hs = sc.cache.storage_backend, sc.hardware.storage
     st = STORAGE.get(backend) if backend != "none" else None
     cap_gb = hs.capacity_gb if hs.capacity_gb is not None else (st.capacity_gb if st else 0.0)
-    page_bytes = bpt * sc.cache.page_size
+    eviction = hs.eviction or (st.eviction if st else "lru")
+    share = storage_writers(sc, model) if STORE_MODELS.get(eviction).capacity_scope == "shared" else 1
+    page_bytes = bpt * sc.cache.page_size * share
     return StorageParams(
         on=st is not None,
         capacity_pages=int(cap_gb * 1e9 // page_bytes) if st is not None and cap_gb > 0 else None,
         read_Bps=(hs.read_gbps or (st.read_gbps if st else NO_STORAGE_GBPS)) * 1e9,
         write_Bps=(hs.write_gbps or (st.write_gbps if st else NO_STORAGE_GBPS)) * 1e9,
         latency_s=(hs.latency_us if hs.latency_us is not None else (st.latency_us if st else 0.0)) * 1e-6,
+        eviction=eviction,
+        eviction_params=hs.eviction_params(),
+        objects_per_page=storage_writers(sc, model) * (1 if model.attention == "mla" else 2),
     )
 
 
@@ -471,6 +489,9 @@ def _cache_config(
         load_back_threshold_tokens=c.load_back_threshold,
         storage=storage.on,
         storage_capacity_pages=storage.capacity_pages,
+        storage_eviction=storage.eviction,
+        storage_eviction_params=dict(storage.eviction_params),
+        storage_objects_per_page=storage.objects_per_page,
         prefetch_policy=c.prefetch_policy,
         prefetch_threshold_tokens=c.prefetch_threshold,
         prefetch_timeout_base_s=c.prefetch_timeout_base_s,

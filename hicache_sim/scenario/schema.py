@@ -18,6 +18,7 @@ from ..core import (
     WRITE_POLICIES,
 )
 from ..core.schedule import check_policy
+from ..core.stores import STORE_MODELS
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
 from ..hardware.presets import (
     GPUS,
@@ -128,12 +129,63 @@ class PCIeSpec(_Strict):
 
 
 class StorageSpec(_Strict):
-    """Storage (L3) link; unset fields come from the backend preset (cache.storage_backend)."""
+    """Storage (L3) link and store; unset fields come from the backend preset (cache.storage_backend).
+    The eviction knobs apply to the models that read them (docs/reference/sglang-hicache-semantics.md,
+    section 3.7); one the chosen model does not read is refused."""
 
     read_gbps: float | None = Field(None, gt=0, description="storage -> host GB/s")
     write_gbps: float | None = Field(None, gt=0, description="host -> storage GB/s")
     latency_us: float | None = Field(None, ge=0, le=MAX_COST_US, description="latency per batch (query or I/O), us")
-    capacity_gb: float | None = Field(None, ge=0, description="storage capacity, GB (0: unbounded)")
+    capacity_gb: float | None = Field(
+        None,
+        ge=0,
+        description="storage capacity, GB (0: unbounded); one rank's for lru and file_lru, the pool or disk "
+        "all writing ranks share for file, mooncake, mooncake_sharded and nixl",
+    )
+    eviction: str | None = Field(
+        None,
+        description=f"what a full store does: {' | '.join(STORE_MODELS.names())} (default: the backend's)",
+    )
+    high_watermark: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="fill that starts eviction: mooncake -eviction_high_watermark_ratio (0.90; mooncake_sharded "
+        "0.95), nixl l3_cleaner_high_watermark (80 %: 0.80)",
+    )
+    low_watermark: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="fill eviction brings the store down to: file_lru eviction_ratio (0.9), nixl "
+        "l3_cleaner_low_watermark (70 %: 0.70)",
+    )
+    evict_ratio: float | None = Field(
+        None, gt=0, le=1, description="share of objects one eviction batch takes: mooncake -eviction_ratio (0.05)"
+    )
+    lease_s: float | None = Field(
+        None,
+        ge=0,
+        le=1e9,
+        description="how long a read protects a page from eviction, s: mooncake -default_kv_lease_ttl (10 s; "
+        "mooncake_sharded, Mooncake <= 0.3.11: 5 s)",
+    )
+    interval_s: float | None = Field(
+        None, gt=0, le=1e9, description="seconds between two looks at the disk: nixl's cleaner (30 s)"
+    )
+
+    @field_validator("eviction")
+    @classmethod
+    def _eviction_known(cls, v: str | None) -> str | None:
+        return None if v is None else _in_registry(STORE_MODELS, v)
+
+    def eviction_params(self) -> dict[str, float]:
+        """The eviction knobs given (the model's defaults fill the rest)."""
+        return {k: getattr(self, k) for k in STORE_KNOBS if getattr(self, k) is not None}
+
+
+#: StorageSpec fields that are a store model's knobs (``STORE_MODELS[...].knobs``).
+STORE_KNOBS = ("high_watermark", "low_watermark", "evict_ratio", "lease_s", "interval_s")
 
 
 class HardwareSpec(_Strict):
@@ -497,6 +549,29 @@ class Scenario(_Strict):
                 f"scheduler.chunked_prefill_size ({chunk}) is smaller than cache.page_size ({page}): "
                 "no chunk could hold one page; raise the chunk size or lower the page size"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _store_knobs_fit_the_model(self) -> Scenario:
+        """An eviction knob the store model does not read would change nothing: refuse it, naming the
+        models that read it (the model is hardware.storage.eviction, else the backend preset's)."""
+        hs, backend = self.hardware.storage, self.cache.storage_backend
+        name = hs.eviction or (STORAGE.get(backend).eviction if backend != "none" else None)
+        for key in hs.eviction_params():
+            if name is None:
+                raise ValueError(f"hardware.storage.{key}: no storage tier (cache.storage_backend is none)")
+            model = STORE_MODELS.get(name)
+            if key not in model.knobs:
+                readers = ", ".join(n for n in STORE_MODELS.names() if key in STORE_MODELS.get(n).knobs)
+                raise ValueError(
+                    f"hardware.storage.{key}: the {name} store model does not read it (models that do: {readers}; "
+                    "choose one with hardware.storage.eviction)"
+                )
+        if name is not None:
+            try:
+                STORE_MODELS.get(name).check_params(hs.eviction_params())
+            except ValueError as e:
+                raise ValueError(str(e)) from None
         return self
 
     @field_validator("model", mode="before")
