@@ -153,3 +153,4 @@ def _prefetch(cache: HiCache, req: Request, keys: list[int], limit: int) -> None
     cache.prefetch_query(req.rid)
     cache.drain()
     cache.check_prefetch_progress(req.rid, cache.now)
+    cache.take_prefetch_misses()  # the request is admitted next: nothing is asked again

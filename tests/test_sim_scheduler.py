@@ -8,8 +8,11 @@ import itertools
 import pytest
 from test_sim_support import FixedCompute, req, resolved, scenario, spaced, workload_of
 
+from hicache_sim.core.tree import chain_hashes
 from hicache_sim.scenario import resolve
 from hicache_sim.sim import World, run_timed
+from hicache_sim.sim.metrics import RequestRecord
+from hicache_sim.sim.requests import SimRequest
 from hicache_sim.workloads.synthetic import Workload
 
 
@@ -189,3 +192,55 @@ def test_a_decoding_request_shares_its_prompt_with_later_requests():
     rows = _rows(run_timed(r, wl, compute=compute, check_invariants=True))
     assert rows["B"]["arrival_s"] < rows["A"]["finish_s"]
     assert rows["B"]["device_hit_pages"] == 31  # all but the page holding its last token
+
+
+# ------------------------------------------------------------------ storage re-asks (0.5.23)
+
+
+def _queued(world, rid: str, keys: list[int]):
+    q = req(rid, 0.0, keys)
+    r = SimRequest(q, RequestRecord(q), list(keys), len(keys), 0, q.input_tokens)
+    world.scheduler._push_waiting(r, front=False)
+    return r
+
+
+def test_a_best_effort_miss_asks_storage_again_after_the_poll_interval_but_never_for_the_queue_head():
+    """SGLang 0.5.23 (``StoragePrefetchRetries``): a best_effort prefetch checked before its hit query
+    answered ends empty and is a miss poll; the request asks storage again ``poll_interval`` prefill
+    passes after the pass that first sees the miss, at most ``max_attempts`` times, and the queue head
+    is never held back for it (its re-ask is dropped). Interval 2, attempts 1: H (head) and B both miss
+    at pass 0; pass 1 drops H's and schedules B's for pass 3; pass 3 re-asks B; B's second miss is
+    past its one attempt and is dropped at the next pass."""
+    r = resolved(
+        cache={
+            "storage_backend": "local_nvme",
+            "prefetch_policy": "best_effort",
+            "prefetch_retry_poll_interval": 2,
+            "prefetch_retry_max_attempts": 1,
+        }
+    )
+    world = World(r, Workload([]))
+    s, cache = world.scheduler, world.cache
+    cache.storage.put(chain_hashes(None, list(range(100, 120))))
+    head, b = _queued(world, "H", list(range(1, 21))), _queued(world, "B", list(range(100, 120)))
+    for x in (head, b):
+        s._start_prefetch(x)
+        assert cache.check_prefetch_progress(x.req.rid, 0.0)  # best_effort: ends at once, query unanswered
+    s._note_prefetch_misses()
+    assert set(s._retries) == {head, b}
+    s._reissue_prefetches()  # pass 1
+    assert s._retries == {b: 3} and "B" not in cache.ongoing_prefetch
+    s._reissue_prefetches()  # pass 2
+    assert "B" not in cache.ongoing_prefetch
+    s._reissue_prefetches()  # pass 3: B asks again
+    assert "B" in cache.ongoing_prefetch and b.prefetch_reissues == 1 and s.counters["prefetch_reissues"] == 1
+    assert cache.check_prefetch_progress("B", 0.0)
+    s._note_prefetch_misses()
+    s._reissue_prefetches()  # past max_attempts: admitted with what it has
+    assert s._retries == {} and "B" not in cache.ongoing_prefetch
+
+
+def test_the_2025_era_never_asks_storage_again():
+    """0.5.2 and earlier had no re-ask: the era's interval is 0."""
+    world = World(resolved(cache={"storage_backend": "local_nvme", "semantics": "2025"}), Workload([]))
+    assert world.scheduler.retry_interval == 0 and world.scheduler.retry_max == 0

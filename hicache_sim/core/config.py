@@ -61,6 +61,8 @@ class CacheConfig:
     prefetch_timeout_base_s: float | None = None
     prefetch_timeout_per_ki_token_s: float | None = None
     prefetch_timeout_max_s: float | None = None
+    prefetch_retry_poll_interval: int | None = None
+    prefetch_retry_max_attempts: int | None = None
     semantics: str = "2026"
     evict_amount: str | None = None
     parent_backup: str | None = None
@@ -86,6 +88,8 @@ class CacheConfig:
             "bytes_per_page": self.bytes_per_page,
             "load_back_threshold_tokens": self.load_back_threshold_tokens,
             "prefetch_threshold_tokens": self.prefetch_threshold_tokens,
+            "prefetch_retry_poll_interval": self.prefetch_retry_poll_interval or 0,
+            "prefetch_retry_max_attempts": self.prefetch_retry_max_attempts or 0,
         }.items():
             if value < 0:
                 raise ConfigError(f"cache.{name}", f"must be >= 0, got {value}")

@@ -151,6 +151,9 @@ class StopPolicy:
     """Decides whether an ongoing prefetch may be terminated at simulated time ``now`` (seconds)."""
 
     name = "base"
+    #: Does a stop end the prefetch at a deadline? Then a prefetch stopped before its hit query
+    #: answered is over (SGLang: reason "deadline"); otherwise it is a miss poll, asked again later.
+    stops_at_deadline = False
 
     def can_terminate(self, op: PrefetchOp, now: float, timeout_s: float) -> bool:  # pragma: no cover
         raise NotImplementedError
@@ -184,6 +187,7 @@ class Timeout(StopPolicy):
     """Wait until complete or until the linear timeout (base + per 1024 hit tokens, capped) passes."""
 
     name = "timeout"
+    stops_at_deadline = True
 
     def can_terminate(self, op: PrefetchOp, now: float, timeout_s: float) -> bool:
         return op.is_complete() or now - op.start_time > timeout_s

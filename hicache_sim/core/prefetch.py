@@ -33,6 +33,10 @@ class PrefetchMixin(CacheState):
         self.prefetched_pages: dict[str, int] = {}
         # S2H transfers the world should not start (their prefetch ended); completing them is a no-op.
         self.revoked_transfers: set[int] = set()
+        # Requests whose prefetch ended with nothing because its hit query had not answered when the
+        # request was checked, or the host had no room for the hit: the scheduler may ask storage
+        # again (SGLang 0.5.23's ``StoragePrefetchRetries.poll_miss``). Taken by ``take_prefetch_misses``.
+        self.prefetch_misses: list[str] = []
 
     # ----------------------------------------------------------------------------------- issue
 
@@ -155,6 +159,7 @@ class PrefetchMixin(CacheState):
             if pages is None:
                 self.counters.prefetch_host_alloc_failed += 1
                 self._revoke(op)
+                self.prefetch_misses.append(op.rid)
                 return 0
             op.host_pages = pages
             hit = len(pages)
@@ -206,6 +211,8 @@ class PrefetchMixin(CacheState):
             return False
         if op.hit_pages is None:
             self._revoke(op)
+            if not self.stop_policy.stops_at_deadline:
+                self.prefetch_misses.append(rid)
         else:
             self.terminate_prefetch(op)
         return True
@@ -252,6 +259,11 @@ class PrefetchMixin(CacheState):
             op.host_pages = []
         self._unpin_anchor(op)
         self.counters.prefetch_revoked += 1
+
+    def take_prefetch_misses(self) -> list[str]:
+        """The requests whose prefetch ended as a miss poll since the last call (mutates: clears)."""
+        out, self.prefetch_misses = self.prefetch_misses, []
+        return out
 
     def release_prefetch(self, rid: str) -> None:
         """The request is gone (aborted): drop its prefetch without inserting anything (mutates)."""

@@ -184,13 +184,20 @@ SEMANTIC_VARIANTS: dict[str, Registry] = {
 }
 SEMANTIC_CHOICES: dict[str, tuple[str, ...]] = {name: tuple(reg.names()) for name, reg in SEMANTIC_VARIANTS.items()}
 #: Numeric era values a config may set explicitly (CacheConfig fields of the same name).
-SEMANTIC_VALUES = ("prefetch_timeout_base_s", "prefetch_timeout_per_ki_token_s", "prefetch_timeout_max_s")
+SEMANTIC_VALUES = (
+    "prefetch_timeout_base_s",
+    "prefetch_timeout_per_ki_token_s",
+    "prefetch_timeout_max_s",
+    "prefetch_retry_poll_interval",
+    "prefetch_retry_max_attempts",
+)
 
 
 @dataclass(frozen=True)
 class Era:
     """An upstream era: the name of its value for each variant, its timeout defaults (seconds;
-    timeout = base + per 1024 tokens x slope, capped; None: no cap) and its capacity formula."""
+    timeout = base + per 1024 tokens x slope, capped; None: no cap), its storage prefetch re-issue
+    defaults (prefill passes between polls, attempts; 0: none) and its capacity formula."""
 
     evict_amount: str
     parent_backup: str
@@ -201,6 +208,8 @@ class Era:
     prefetch_timeout_base_s: float
     prefetch_timeout_per_ki_token_s: float
     prefetch_timeout_max_s: float | None
+    prefetch_retry_poll_interval: int
+    prefetch_retry_max_attempts: int
     capacity_formula: str
 
 
@@ -214,9 +223,15 @@ class Era:
 #: server under the ``2026`` behaviour set ``cache.prefetch_timeout_base_s: 1.0``,
 #: ``prefetch_timeout_per_ki_token_s: 0.25`` and a large ``prefetch_timeout_max_s``.
 SEMANTICS: Registry[Era] = Registry("semantics", "cache.semantics")
-SEMANTICS.add("2025", Era("need", "none", "full_retry", "prealloc", "staged", "never", 1.0, 0.25, None, "2025"))
+#: Storage prefetch re-issues (``--hicache-storage-prefetch-retry-poll-interval`` /
+#: ``--hicache-storage-prefetch-retry-max-attempts``, 8 and 8 in 0.5.23's server args): a request whose
+#: prefetch ended with nothing because its hit query had not answered (best_effort) or the host had no
+#: room asks storage again after that many prefill passes, unless it is at the head of the queue. 0.5.2
+#: and earlier had no re-issue (0 and 0).
+SEMANTICS.add("2025", Era("need", "none", "full_retry", "prealloc", "staged", "never", 1.0, 0.25, None, 0, 0, "2025"))
 SEMANTICS.add(
-    "2026", Era("deficit", "chain", "shortfall", "after_hit", "unified", "past_inserted", 2.0, 0.1, 30.0, "2026")
+    "2026",
+    Era("deficit", "chain", "shortfall", "after_hit", "unified", "past_inserted", 2.0, 0.1, 30.0, 8, 8, "2026"),
 )
 
 
@@ -233,6 +248,8 @@ class Semantics:
     prefetch_timeout_base_s: float
     prefetch_timeout_per_ki_token_s: float
     prefetch_timeout_max_s: float | None
+    prefetch_retry_poll_interval: int
+    prefetch_retry_max_attempts: int
     capacity_formula: CapacityFormula
 
 

@@ -497,6 +497,8 @@ def _cache_config(
         prefetch_timeout_base_s=c.prefetch_timeout_base_s,
         prefetch_timeout_per_ki_token_s=c.prefetch_timeout_per_ki_token_s,
         prefetch_timeout_max_s=c.prefetch_timeout_max_s,
+        prefetch_retry_poll_interval=c.prefetch_retry_poll_interval,
+        prefetch_retry_max_attempts=c.prefetch_retry_max_attempts,
         semantics=c.semantics,
         evict_amount=c.evict_amount,
         parent_backup=c.parent_backup,

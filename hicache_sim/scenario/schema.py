@@ -355,6 +355,18 @@ class CacheSpec(_Strict):
     prefetch_timeout_base_s: float | None = Field(None, ge=0, description="timeout base (default by semantics)")
     prefetch_timeout_per_ki_token_s: float | None = Field(None, ge=0, description="timeout per 1024 tokens")
     prefetch_timeout_max_s: float | None = Field(None, ge=0, description="timeout cap")
+    prefetch_retry_poll_interval: int | None = Field(
+        None,
+        ge=0,
+        description="prefill passes before a prefetch that found nothing yet asks storage again "
+        "(--hicache-storage-prefetch-retry-poll-interval; era default: 8 in 2026, 0 = never in 2025)",
+    )
+    prefetch_retry_max_attempts: int | None = Field(
+        None,
+        ge=0,
+        description="storage re-asks a queued request may make "
+        "(--hicache-storage-prefetch-retry-max-attempts; era default: 8 in 2026, 0 in 2025)",
+    )
     load_back_threshold: int = Field(10, ge=0, description="smallest load-back, tokens")
     semantics: Literal["2025", "2026"] = Field("2026", description="upstream era where behaviour changed")
     evict_amount: Literal["need", "deficit"] | None = Field(None, description="override of the era's rule")

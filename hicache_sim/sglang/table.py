@@ -536,5 +536,20 @@ ROWS: tuple[Row, ...] = (
         default="timeout",
         needs="storage",
     ),
+    # Absent: None, the era's default (8 and 8 for 0.5.23 in the 2026 era).
+    field_row(
+        "--hicache-storage-prefetch-retry-poll-interval",
+        "cache.prefetch_retry_poll_interval",
+        _int,
+        default=None,
+        needs="storage",
+    ),
+    field_row(
+        "--hicache-storage-prefetch-retry-max-attempts",
+        "cache.prefetch_retry_max_attempts",
+        _int,
+        default=None,
+        needs="storage",
+    ),
     Row((_EXTRA_FLAG,), _extra_read, _extra_write, "storage"),
 )

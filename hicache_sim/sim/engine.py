@@ -152,6 +152,12 @@ class Scheduler:
         self.rng = random.Random(policy.seed)
         self._idle: simpy.Event | None = None
         self._wake_times: set[float] = set()
+        # Storage re-asks (SGLang 0.5.23's StoragePrefetchRetries): request -> the prefill pass at
+        # which it asks again (None until the first pass that sees it sets it).
+        self.retry_interval = cache.sem.prefetch_retry_poll_interval
+        self.retry_max = cache.sem.prefetch_retry_max_attempts
+        self._retries: dict[SimRequest, int | None] = {}
+        self._prefill_pass = 0
         # Time of the next thing outside the scheduler that may happen (the world adds its sample grid).
         self.horizon: Callable[[], float] = env.peek
         self.merge_decode = not check_invariants  # check() after every step needs every step
@@ -164,6 +170,7 @@ class Scheduler:
             "decode_tokens": 0,
             "retractions": 0,
             "rejected_requests": 0,
+            "prefetch_reissues": 0,
             "load_stall_s": 0.0,
             "blocking_wait_s": 0.0,
             "busy_s": 0.0,
@@ -238,6 +245,7 @@ class Scheduler:
                     self.batch_full = False
                 elif kind == "query":
                     cache.prefetch_query(payload)
+                    self._note_prefetch_misses()
                 elif kind == "prefill_done":
                     step, at = payload
                     self.in_flight.remove(step)
@@ -252,16 +260,61 @@ class Scheduler:
 
     def _take_in(self, r: SimRequest) -> None:
         """A new request: start its storage prefetch (hit query after the storage latency), queue it."""
-        cache = self.cache
-        if cache.storage is not None:
-            m = cache.match_prefix(r.keys[: r.limit])
-            matched = m.device_hit_pages + m.host_hit_pages
-            op = cache.prefetch(r.req.rid, m.last_node, r.keys[matched : r.limit], self.env.now)
-            if op is not None:
-                r.had_prefetch = True
-                rid = r.req.rid
-                self.env.timeout(self.storage_latency_s).callbacks.append(lambda _ev: self._post(("query", rid)))
+        if self.cache.storage is not None:
+            self._start_prefetch(r)
         self._push_waiting(r, front=False)
+
+    def _start_prefetch(self, r: SimRequest) -> None:
+        """Match the request and ask storage for what follows its cached prefix."""
+        cache = self.cache
+        m = cache.match_prefix(r.keys[: r.limit])
+        matched = m.device_hit_pages + m.host_hit_pages
+        op = cache.prefetch(r.req.rid, m.last_node, r.keys[matched : r.limit], self.env.now)
+        if op is not None:
+            r.had_prefetch = True
+            rid = r.req.rid
+            self.env.timeout(self.storage_latency_s).callbacks.append(lambda _ev: self._post(("query", rid)))
+
+    def _note_prefetch_misses(self) -> None:
+        """Queue a storage re-ask for each waiting request whose prefetch just ended as a miss poll."""
+        misses = self.cache.take_prefetch_misses()
+        if not misses or self.retry_interval <= 0:
+            return
+        by_rid = {r.req.rid: r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep}
+        for rid in misses:
+            r = by_rid.get(rid)
+            if r is not None:
+                self._retries[r] = None
+
+    def _reissue_prefetches(self) -> None:
+        """One prefill pass of SGLang's re-ask pacing: the queue head never waits on a re-ask (its
+        entry is dropped), a request past ``retry_max`` re-asks is admitted as it is, the others ask
+        storage again ``retry_interval`` passes after the pass that first saw their miss."""
+        self._prefill_pass += 1
+        retries = self._retries
+        if not retries:
+            return
+        live = [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
+        for r in [r for r in retries if r.state != "waiting"]:
+            del retries[r]
+        if live and live[0] in retries:
+            del retries[live[0]]
+        step = self._prefill_pass
+        for r in live:
+            if r not in retries:
+                continue
+            if r.prefetch_reissues >= self.retry_max:
+                del retries[r]
+                continue
+            due = retries[r]
+            if due is None:
+                due = retries[r] = step + self.retry_interval
+            if due > step:
+                continue
+            del retries[r]
+            r.prefetch_reissues += 1
+            self.counters["prefetch_reissues"] += 1
+            self._start_prefetch(r)
 
     def _push_waiting(self, r: SimRequest, *, front: bool) -> None:
         r.state = "waiting"
@@ -299,7 +352,10 @@ class Scheduler:
             c = adder.add_chunked(self.chunked)
             more = c is not None and c.final
         if more:
+            if cache.storage is not None:
+                self._reissue_prefetches()
             self._admit_waiting(adder)
+            self._note_prefetch_misses()
         transfers = cache.take_transfers()
         if not adder.chunks:
             self.transport.dispatch(transfers)

@@ -32,6 +32,7 @@ class SimRequest:
     gen0: int = 0
     epoch: int = 0
     had_prefetch: bool = False
+    prefetch_reissues: int = 0  # storage re-asks made while queued (SGLang's storage_prefetch_retry_attempts)
     admitted_once: bool = False
     loaded_now: bool = False
 
