@@ -193,7 +193,7 @@ def run_instant_scenario(
     summary = build_summary(
         table,
         warmup_fraction=sc.metrics.warmup_fraction,
-        counters=out.cache.counters.as_dict(),
+        counters=out.cache.counter_values(),
         residency=out.cache.residency(),
         sizes=_sizes(r),
         mode="instant",

@@ -420,3 +420,18 @@ def test_scenario_picks_a_model_and_its_knobs():
     )
     assert c.storage_eviction == "mooncake_sharded"
     assert c.storage_eviction_params == {"high_watermark": 0.95, "lease_s": 5.0}
+
+
+def test_a_runs_counters_say_what_the_store_did():
+    """A 2-page LRU store fed by write-through backups of three 1-page prompts holds 2 pages and has
+    evicted 1 (page-at-a-time: no eviction pass counted); the counters a run writes carry it, with the
+    core's own (storage_backup_pages 3)."""
+    config = CacheConfig(1, 8, 8, storage=True, storage_capacity_pages=2)
+    requests = [Request(f"r{i}", float(i), 1, 1, (10 * i,)) for i in range(3)]
+    res = run_instant(config, requests, reserve_last_token=False)
+    c = res.cache.counter_values()
+    assert c["storage_backup_pages"] == 3
+    assert (c["storage_pages_held"], c["storage_evicted_pages"], c["storage_refused_pages"]) == (2, 1, 0)
+    assert c["storage_eviction_batches"] == 0
+    no_store = run_instant(CacheConfig(1, 8, 8), requests, reserve_last_token=False).cache.counter_values()
+    assert not any(k.startswith("storage_pages") or k.startswith("storage_evicted") for k in no_store)

@@ -452,6 +452,14 @@ class CacheState:
             stack.extend(reversed(node.children.values()))
         return out
 
+    def counter_values(self) -> dict[str, int]:
+        """The core's counters and, with a storage tier, what the store did (pages held, evicted,
+        refused, eviction passes): one flat dict for a run's ``counters``."""
+        out = self.counters.as_dict()
+        if self.storage is not None:
+            out.update(self.storage.report())
+        return out
+
     def residency(self) -> dict[str, int]:
         """Pages by state: device_pages (D and D+H), host_pages (H and D+H), mirror_pages (D+H).
 

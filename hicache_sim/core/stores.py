@@ -82,10 +82,22 @@ class StoreModel:
         self.evicted_pages = 0
         #: Pages a put could not store (store full, nothing evictable): the write failed upstream.
         self.refused_pages = 0
+        #: Eviction passes (the models that evict in batches: file_lru, mooncake, nixl); 0 for models
+        #: that drop one page at a time.
+        self.eviction_batches = 0
         self._setup()
 
     def _setup(self) -> None:
         """The model's own index, empty (called once by ``__init__``)."""
+
+    def report(self) -> dict[str, int]:
+        """What the store did, for a run's counters: pages held now, evicted, refused, eviction passes."""
+        return {
+            "storage_pages_held": len(self),
+            "storage_evicted_pages": self.evicted_pages,
+            "storage_refused_pages": self.refused_pages,
+            "storage_eviction_batches": self.eviction_batches,
+        }
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
@@ -248,6 +260,7 @@ class FileLRUStore(PageLRU):
                 continue
             if cap is not None and len(pages) + 1 > cap:
                 target = max(0, int(cap * self.params["low_watermark"]) - 1)
+                self.eviction_batches += len(pages) > target
                 while len(pages) > target:
                     pages.popitem(last=False)
                     self.evicted_pages += 1
@@ -285,7 +298,6 @@ class MooncakeStore(StoreModel):
         self._need_eviction = False
         # A batch that found every page leased needs no retry before the first lease ends or a write.
         self._idle_until = -math.inf
-        self.eviction_batches = 0
 
     def __len__(self) -> int:
         return len(self._pages)
@@ -416,7 +428,6 @@ class MooncakeShardedStore(StoreModel):
         self._need_eviction = False
         self._rng = random.Random(MOONCAKE_SHARDS)
         self._idle_until = -math.inf
-        self.eviction_batches = 0
         self.evicted_objects = 0
 
     def __len__(self) -> int:
@@ -581,7 +592,6 @@ class NixlStore(StoreModel):
     def _setup(self) -> None:
         self._pages: OrderedDict[int, None] = OrderedDict()  # oldest write first
         self._next_check = 0.0
-        self.cleanups = 0
 
     @classmethod
     def _check_together(cls, params: Mapping[str, Any]) -> None:
@@ -609,7 +619,7 @@ class NixlStore(StoreModel):
         if not cap or len(pages) < self.params["high_watermark"] * cap:
             return
         low = self.params["low_watermark"] * cap
-        self.cleanups += 1
+        self.eviction_batches += 1
         while pages and len(pages) >= low:
             for _ in range(min(NIXL_RECHECK_PAGES, len(pages))):
                 pages.popitem(last=False)

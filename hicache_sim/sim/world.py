@@ -289,7 +289,7 @@ class World:
 
     def result(self) -> TimedResult:
         t_end = self.env.now
-        core = self.cache.counters.as_dict()
+        core = self.cache.counter_values()
         world = dict(self.scheduler.counters)
         world["transfers_revoked_unstarted"] = self.transport.skipped
         world["events"] = self.events
