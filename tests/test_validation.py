@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from validation.copy_cases import slope, slope_read_bound
-from validation.run import load_cases, main, run_case
+from validation.run import _row, load_cases, main, run_case, table
 
 CASES = {c["id"]: c for c in load_cases()}
 
@@ -63,6 +63,38 @@ def test_fifo_client_order_collapses_the_gpu_only_rounds(rows):
     assert not fifo["4"].within
     random_order = {r.key: r for r in rows["sglang_27010_l1"] if r.metric == "hit_rate"}
     assert random_order["4"].within
+
+
+def test_a_seeds_check_holds_the_published_figure_within_the_range_over_seeds():
+    """A check with ``seeds`` holds the figure within its tolerance of the least and greatest value the
+    run gives over those seeds; ``simulated`` stays the scenario's own seed."""
+    case = {"id": "c", "checks": {"hit_rate": {"abs": 0.02, "asserted": True, "seeds": [1, 2, 3]}}}
+    row = _row(case, "hit_rate", "7", 0.36, 0.30, spread=[0.30, 0.45, 0.33])
+    assert row.within and row.simulated == 0.30 and (row.sim_min, row.sim_max) == (0.30, 0.45)
+    assert "(seeds: 0.300-0.450)" in table([row])
+    assert not _row(case, "hit_rate", "7", 0.25, 0.30, spread=[0.30, 0.45, 0.33]).within
+    assert not _row(case, "hit_rate", "7", 0.48, 0.30, spread=[0.30, 0.45, 0.33]).within
+    plain = {"id": "c", "checks": {"hit_rate": {"abs": 0.02, "asserted": True}}}
+    assert not _row(plain, "hit_rate", "7", 0.36, 0.30).within
+
+
+def test_only_the_sharded_mooncake_store_collapses_as_published(rows):
+    """Mooncake's SSD offload benchmark (80 GiB pool, Mooncake v0.3.10): over client-order seeds 1-5,
+    rounds 7-8 of the published collapse lie within 0.02 of mooncake_sharded's range and outside the
+    ranges of exact LRU and of v0.3.12's global oldest-first batch (README)."""
+    by = {
+        (r.key.split()[0], int(r.key.split()[1])): r
+        for r in rows["mooncake_ssd_offload_a100"]
+        if r.metric == "hit_rate"
+    }
+    for rnd in (6, 7, 8):
+        assert by["mooncake", rnd].within
+    for run in ("mooncake_lru", "mooncake_v0312"):
+        for rnd in (7, 8):
+            r = by[run, rnd]
+            assert r.sim_min - 0.02 > r.published, (run, rnd, r.sim_min, r.published)
+    # with SSD offload (a store that loses nothing) every history hits through round 7
+    assert [by["mooncake_ssd", k].within for k in range(8)] == [True] * 8
 
 
 def test_runner_writes_the_table_and_the_command(tmp_path):

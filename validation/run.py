@@ -2,11 +2,12 @@
 
 A case file holds ``scenario`` (one run) or ``scenarios`` (named runs), ``published`` (metric ->
 per-round list, or per-run mapping), and ``checks`` (the tolerance the README claims, per metric;
-``asserted: false`` rows are reported, not held). Metrics are computed as the source computes them:
-bench_multiturn's per-round hit rate is the sum of cached prompt tokens over the sum of prompt tokens
-of the round's requests, and its TTFT is the round's mean; a bench_serving run's figures are its
-"Serving Benchmark Result" lines (``ttft_median_ms`` = "Median TTFT (ms)", ...), as summary.json's
-``serving`` block computes them.
+``asserted: false`` rows are reported, not held; a check with ``seeds`` holds the published figure
+within its tolerance of the range the run gives over those scenario seeds, the client order's spread).
+Metrics are computed as the source computes them: bench_multiturn's per-round hit rate is the sum of
+cached prompt tokens over the sum of prompt tokens of the round's requests, and its TTFT is the round's
+mean; a bench_serving run's figures are its "Serving Benchmark Result" lines (``ttft_median_ms`` =
+"Median TTFT (ms)", ...), as summary.json's ``serving`` block computes them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class Row:
     tolerance: float | None
     asserted: bool
     within: bool | None
+    #: A ``seeds`` check: the least and greatest simulated value over its seeds (``simulated`` is the
+    #: scenario's own seed).
+    sim_min: float | None = None
+    sim_max: float | None = None
 
 
 def load_cases(names: list[str] | None = None) -> list[dict]:
@@ -117,21 +122,32 @@ def _scenario(data: dict, *, fast: bool, rounds: int | None) -> Scenario:
     return Scenario.model_validate(data)
 
 
-def _row(case: dict, metric: str, key: str, pub: float, sim: float, run: str = "") -> Row:
+def _check(case: dict, metric: str, key: str, run: str = "") -> dict:
+    """The check group that holds one figure: ``RUN.metric`` before ``metric``, the first group whose
+    ``rounds`` (if any) name the figure's round."""
     checks = case.get("checks", {})
     found = checks.get(f"{run}.{metric}" if run else metric, checks.get(metric, {}))
     rnd = key.split()[-1]
-    chk: dict = {}
     for c in found if isinstance(found, list) else [found]:
         if "rounds" not in c or (rnd.isdigit() and int(rnd) in c["rounds"]):
-            chk = c
-            break
+            return c
+    return {}
+
+
+def _row(
+    case: dict, metric: str, key: str, pub: float, sim: float, run: str = "", spread: list[float] | None = None
+) -> Row:
+    chk = _check(case, metric, key, run)
     tol = chk.get("abs")
     asserted = bool(chk.get("asserted"))
     err = sim - pub
     rel = err / pub if pub else None
-    within = abs(err) <= tol + 1e-12 if tol is not None and asserted else None
-    return Row(case["id"], metric, key, pub, sim, err, rel, tol if asserted else None, asserted, within)
+    lo, hi = (min(spread), max(spread)) if spread else (sim, sim)
+    within = lo - tol - 1e-12 <= pub <= hi + tol + 1e-12 if tol is not None and asserted else None
+    row = Row(case["id"], metric, key, pub, sim, err, rel, tol if asserted else None, asserted, within)
+    if spread:
+        row.sim_min, row.sim_max = lo, hi
+    return row
 
 
 def _runs(case: dict) -> dict[str, tuple[dict, dict]]:
@@ -167,11 +183,27 @@ def run_case(case: dict, *, fast: bool = False) -> list[Row]:
                 rows.append(_row(case, metric, name, float(v), serving_value(out.summary["serving"], metric), run=name))
             continue
         sim = round_metrics(out.requests)
+        by_seed = {data.get("seed", 1): sim} | {
+            s: round_metrics(simulate(_scenario({**data, "seed": s}, fast=fast, rounds=rounds), base_dir=ROOT).requests)
+            for s in _seeds(case, name, pub)
+            if s != data.get("seed", 1)
+        }
         for metric, values in pub.items():
             for r, v in enumerate(values):
                 key = f"{name} {r}" if name else str(r)
-                rows.append(_row(case, metric, key, float(v), sim[metric][r], run=name))
+                seeds = _check(case, metric, key, name).get("seeds")
+                spread = [by_seed[s][metric][r] for s in seeds] if seeds else None
+                rows.append(_row(case, metric, key, float(v), sim[metric][r], run=name, spread=spread))
     return rows
+
+
+def _seeds(case: dict, run: str, published: dict) -> set[int]:
+    """Every scenario seed a ``seeds`` check of this run asks for."""
+    out: set[int] = set()
+    for metric, values in published.items():
+        for r in range(len(values)):
+            out.update(_check(case, metric, f"{run} {r}" if run else str(r), run).get("seeds") or [])
+    return out
 
 
 def _fmt(x: float | None, digits: int = 6) -> str:
@@ -188,6 +220,8 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         rel = "n/a" if r.rel_err is None else f"{100 * r.rel_err:+.1f}%"
         held = f"±{r.tolerance:g} {'ok' if r.within else 'FAIL'}" if r.asserted else "reported"
+        if r.sim_min is not None:
+            held += f" (seeds: {_fmt(r.sim_min, 3)}-{_fmt(r.sim_max, 3)})"
         lines.append(
             f"| {r.case} | {r.metric} | {r.key} | {_fmt(r.published)} | {_fmt(r.simulated)} | "
             f"{r.abs_err:+.6f} | {rel} | {held} |"
