@@ -1,0 +1,91 @@
+"""The rows the driver runs: each one SGLang configuration, written in hicache-sim's terms.
+
+A row's fields (pages are trace blocks, one per 512-token page):
+``trace`` (a name in ``TRACES``), ``l1_pages`` / ``l2_pages`` (device / host pool), ``write_policy``
+(as given to SGLang; ``write_policy_resolved`` is what it runs), ``host_memory_mode``,
+``chunk_pages`` (None: whole prompt), ``match`` ("whole": the whole input; "cap": input - 1, as
+SGLang's scheduler does), ``storage_pages`` (None: unbounded store), ``storage_eviction_ratio`` (HiCacheFile's
+``eviction_ratio``: a full store evicts down to this fraction of its cap), ``prefetch_policy``,
+``in_flight`` (requests admitted together; 1 everywhere here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = {
+    "synthetic": ROOT / "hicache_sim" / "data" / "traces" / "mooncake" / "synthetic_trace.jsonl",
+    "conversation": ROOT / "hicache_sim" / "data" / "traces" / "mooncake" / "conversation_trace.jsonl",
+}
+
+#: The bounded store's capacity in pages (synthetic: 43,924 distinct blocks; conversation: 182,790).
+BOUNDED = {"synthetic": 10000, "conversation": 40000}
+
+
+def _row(rid: str, trace: str, l1: int, l2: int, policy: str, mode: str = "cache", **kw: Any) -> dict[str, Any]:
+    resolved = "write_through" if mode == "buffer_only" and policy == "write_back" else policy
+    row = {
+        "id": rid,
+        "trace": trace,
+        "l1_pages": l1,
+        "l2_pages": l2,
+        "write_policy": policy,
+        "write_policy_resolved": resolved,
+        "host_memory_mode": mode,
+        "chunk_pages": None,
+        "match": "whole",
+        "storage_pages": None,
+        "storage_eviction_ratio": 1.0,
+        "prefetch_policy": "wait_complete",
+        "in_flight": 1,
+    }
+    row.update(kw)
+    return row
+
+
+#: (host memory mode, id tag, write policy) of the rows run in three variants.
+TRIO = (("cache", "cache", "write_through"), ("cache", "cache", "write_back"), ("buffer_only", "buf", "write_through"))
+
+
+def all_rows() -> list[dict[str, Any]]:
+    """Every row, in the order of the document's table."""
+    rows = []
+    policies = ("write_through", "write_through_selective", "write_back")
+    abbrev = {"write_through": "wt", "write_through_selective": "wts", "write_back": "wb"}
+    for mode, tag in (("cache", "cache"), ("buffer_only", "buf")):
+        for p in policies:
+            rows.append(_row(f"syn-{tag}-{abbrev[p]}", "synthetic", 1000, 2000, p, mode))
+    for mode, tag, p in TRIO:
+        rows.append(_row(f"syn-{tag}-{abbrev[p]}-c16", "synthetic", 1000, 2000, p, mode, chunk_pages=16))
+    for mode, tag, p in TRIO:
+        rows.append(
+            _row(f"syn-{tag}-{abbrev[p]}-bounded", "synthetic", 1000, 2000, p, mode, storage_pages=BOUNDED["synthetic"])
+        )
+    rows.append(
+        _row(
+            "syn-cache-wt-bounded-r09",
+            "synthetic",
+            1000,
+            2000,
+            "write_through",
+            storage_pages=BOUNDED["synthetic"],
+            storage_eviction_ratio=0.9,
+        )
+    )
+    for mode, tag in (("cache", "cache"), ("buffer_only", "buf")):
+        rows.append(_row(f"syn-{tag}-wt-cap", "synthetic", 1000, 2000, "write_through", mode, match="cap"))
+    for p in ("write_through", "write_back"):
+        rows.append(_row(f"syn-cache-{abbrev[p]}-smallhost", "synthetic", 2000, 1000, p))
+    for mode, tag, p in TRIO:
+        rows.append(_row(f"conv-{tag}-{abbrev[p]}", "conversation", 2000, 4000, p, mode))
+    return rows
+
+
+def row_by_id(rid: str) -> dict[str, Any]:
+    """The row named ``rid`` (KeyError naming the known ones otherwise)."""
+    for row in all_rows():
+        if row["id"] == rid:
+            return row
+    raise KeyError(f"no row {rid!r}; rows: {', '.join(r['id'] for r in all_rows())}")
