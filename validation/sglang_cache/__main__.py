@@ -77,6 +77,12 @@ def install(venv: Path) -> None:
     print(f"{venv}: torch, sglang = {out.stdout.strip()}")
 
 
+def _fail(message: str) -> None:
+    """One error line, exit status 2 (the project's convention for a user's mistake)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _run_one(row: dict[str, Any], venv: Path, limit: int | None) -> dict[str, Any]:
     """One row in its own driver process; its JSON result."""
     cmd = [str(venv_python(venv)), "-m", "validation.sglang_cache.worker", json.dumps(row)]
@@ -95,7 +101,9 @@ def _run_one(row: dict[str, Any], venv: Path, limit: int | None) -> dict[str, An
 def run(ids: list[str] | None, venv: Path, out: Path, jobs: int, limit: int | None) -> None:
     """Run the rows (all, or ``ids``) and merge their results into ``out``."""
     if not venv_python(venv).exists():
-        raise SystemExit(f"error: no driver env at {venv}; run `python -m validation.sglang_cache install` first")
+        _fail(f"no driver env at {venv}; run `python -m validation.sglang_cache install` first")
+    if limit is not None and out.resolve() == TARGETS.resolve():
+        _fail("--limit runs part of each trace; give --out FILE (targets.json holds whole runs)")
     rows = [row_by_id(i) for i in ids] if ids else all_rows()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(lambda r: _run_one(r, venv, limit), rows))

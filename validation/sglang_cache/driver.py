@@ -250,9 +250,28 @@ class Driver:
             time.sleep(0.0005)
             self.cache.check_hicache_events()
 
+    def _prefetch_io_done(self, handle: Any) -> bool:
+        """The request's prefetch has nothing left to do in the background (or there is none)."""
+        info = self.cache.ongoing_prefetch.get(handle)
+        if info is None:
+            return True
+        op = info.operation
+        return op.host_indices is not None and op.completed_tokens >= len(op.host_indices)
+
     def wait_prefetch(self, req: Any) -> None:
-        """Admission's prefetch gate, polled until it lets the request through (wait_complete)."""
+        """Admission's prefetch gate, polled until it lets the request through.
+
+        Under ``best_effort`` and ``timeout`` the events are first pumped until the prefetch's
+        query and transfer are over (every queue drained), so the first poll sees all of it.
+        """
         deadline = time.monotonic() + WAIT_S
+        if self.row["prefetch_policy"] != "wait_complete":
+            while not self._prefetch_io_done(req.cache_request_handle):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"prefetch of request {req.rid} did not finish")
+                time.sleep(0.0005)
+                self.cache.check_hicache_events()
+            self.cache.check_hicache_events()
         while True:
             self.cache.check_hicache_events()
             if self.cache.check_prefetch_progress(req.cache_request_handle):
