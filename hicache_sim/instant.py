@@ -120,6 +120,9 @@ def run_instant(
             check(cache)
         if on_request is not None:
             on_request(i, cache)
+    if cache.buffer_only:
+        # The scheduler steps after the last request too: its pending buffer writes reach storage.
+        cache.flush_pending_writes()
     cache.drain()
     collect(len(res.rids))
     if check_invariants:
