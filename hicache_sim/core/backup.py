@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .semantics import EvictAmount
 from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node
@@ -98,15 +99,17 @@ class BackupMixin(CacheState):
             p = p.parent
         return all(self.write_backup(anc, enforce_parent=False) > 0 for anc in reversed(chain))
 
-    def alloc_host(self, n: int) -> list[int] | None:
+    def alloc_host(self, n: int, amount: EvictAmount | None = None) -> list[int] | None:
         """Allocate ``n`` host pages, evicting from host when short (mutates). None when impossible.
 
-        ``full_retry`` (HiRadixCache) evicts ``n`` pages then retries once; ``shortfall`` (unified
-        tree) evicts only the missing pages.
+        ``amount`` says how much a short host evicts before the one retry; by default the era's
+        backup rule: ``full_retry`` (HiRadixCache) evicts ``n`` pages, ``shortfall`` (unified tree)
+        only the missing pages.
         """
         pages = self.host.alloc(n)
         if pages is None:
-            self.evict_host(self.sem.host_backup_eviction.pages(n, self.host.available()))
+            rule = amount if amount is not None else self.sem.host_backup_eviction
+            self.evict_host(rule.pages(n, self.host.available()))
             pages = self.host.alloc(n)
             if pages is None:
                 self.counters.failed_host_allocations += 1

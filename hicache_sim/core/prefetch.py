@@ -16,10 +16,15 @@ Lifecycle of one request's prefetch (the caller decides *when* each step happens
 from __future__ import annotations
 
 from .prefetch_op import PrefetchOp
+from .semantics import EvictAmount
 from .sizing import prefetch_timeout_s
 from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node, chain_hashes, match_len
+
+#: A storage hit short of host room evicts its whole length, not only the shortfall, whatever the
+#: era's backup rule (0.5.2's ``prefetch_from_storage``, 0.5.23's ``allocate_storage_hit``).
+STORAGE_HIT_EVICTION = EvictAmount("whole_hit", True)
 
 
 class PrefetchMixin(CacheState):
@@ -118,17 +123,12 @@ class PrefetchMixin(CacheState):
         whole run and not only the shortfall, as SGLang does for a storage hit; then, where the flow
         allows it, a shorter run of what is free if that still reaches the threshold (cache mode
         only: 0.5.23's buffer pipeline asks for the whole hit or nothing)."""
-        host = self.host
-        pages = host.alloc(n)
+        pages = self.alloc_host(n, STORAGE_HIT_EVICTION)
         if pages is None:
-            self.evict_host(n)
-            pages = host.alloc(n)
-        if pages is None:
-            self.counters.failed_host_allocations += 1
-            avail = host.available()
+            avail = self.host.available()
             partial = self.sem.prefetch_flow.partial and not self.buffer_only
             if partial and avail >= self.prefetch_threshold_pages:
-                pages = host.alloc(avail)
+                pages = self.host.alloc(avail)
         return pages
 
     # ----------------------------------------------------------------------------------- query
