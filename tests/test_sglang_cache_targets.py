@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_sim.core import CacheConfig
-from hicache_sim.instant import InstantResult, run_instant
-from validation.sglang_cache.rows import all_rows
+from hicache_sim.instant import InstantResult
+from validation.sglang_cache.rows import all_rows, run_core
 
 TARGETS = Path(__file__).resolve().parent.parent / "validation" / "sglang_cache" / "targets.json"
 DOC = json.loads(TARGETS.read_text(encoding="utf-8"))
@@ -41,27 +40,6 @@ XFAIL: dict[str, str] = {}
 XFAIL_COUNTERS: dict[str, str] = {}
 
 
-def core_config(cfg: dict) -> CacheConfig:
-    """A row's configuration as the core's."""
-    bounded = cfg["storage_pages"] is not None
-    return CacheConfig(
-        512,
-        cfg["l1_pages"],
-        cfg["l2_pages"],
-        write_policy=cfg["write_policy_resolved"],
-        host_memory_mode=cfg["host_memory_mode"],
-        host_eviction="evicted_only",
-        eviction_policy="lru",
-        eviction_granularity="node",
-        storage=True,
-        storage_capacity_pages=cfg["storage_pages"],
-        # HiCacheFile: unbounded without max_size; with it, its LRU evicting down to eviction_ratio x cap.
-        storage_eviction="file_lru" if bounded else "file",
-        storage_eviction_params={"low_watermark": cfg["storage_eviction_ratio"]} if bounded else {},
-        prefetch_policy=cfg["prefetch_policy"],
-    )
-
-
 @pytest.fixture(scope="module")
 def core_run(synthetic_trace, conversation_trace):
     """The core's instant run of a target row (each row run once for both tests)."""
@@ -70,14 +48,7 @@ def core_run(synthetic_trace, conversation_trace):
 
     def run(row: dict) -> InstantResult:
         if row["id"] not in done:
-            cfg = row["config"]
-            res = run_instant(
-                core_config(cfg),
-                traces[cfg["trace"]][: row["requests"]],
-                chunk_pages=cfg["chunk_pages"],
-                reserve_last_token=cfg["match"] == "cap",
-            )
-            done[row["id"]] = res
+            done[row["id"]] = run_core(row, traces[row["config"]["trace"]])
         return done[row["id"]]
 
     return run

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .rows import ROOT, TRACES, all_rows, row_by_id
+from .rows import ROOT, TRACES, all_rows, row_by_id, run_core
 
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".venv"
@@ -127,35 +127,13 @@ def run(ids: list[str] | None, venv: Path, out: Path, jobs: int, limit: int | No
 
 
 def core_rates(row: dict[str, Any], traces: dict[str, Any]) -> dict[str, float]:
-    """The core's page hit rates (instant mode) for one target row (the test's configuration)."""
-    from hicache_sim.core import CacheConfig
-    from hicache_sim.instant import run_instant
+    """The core's page hit rates (instant mode) for one target row, run as the test runs it (``run_core``)."""
     from hicache_sim.workloads.traces import load_mooncake
 
-    cfg = row["config"]
-    if cfg["trace"] not in traces:
-        traces[cfg["trace"]] = load_mooncake(TRACES[cfg["trace"]], 512)
-    config = CacheConfig(
-        512,
-        cfg["l1_pages"],
-        cfg["l2_pages"],
-        write_policy=cfg["write_policy_resolved"],
-        host_memory_mode=cfg["host_memory_mode"],
-        host_eviction="evicted_only",
-        eviction_policy="lru",
-        eviction_granularity="node",
-        storage=True,
-        storage_capacity_pages=cfg["storage_pages"],
-        # HiCacheFile: unbounded without max_size; with it, its LRU evicting down to eviction_ratio x cap.
-        storage_eviction="file" if cfg["storage_pages"] is None else "file_lru",
-        storage_eviction_params={}
-        if cfg["storage_pages"] is None
-        else {"low_watermark": cfg["storage_eviction_ratio"]},
-        prefetch_policy=cfg["prefetch_policy"],
-    )
-    trace = traces[cfg["trace"]][: row["requests"]]
-    res = run_instant(config, trace, chunk_pages=cfg["chunk_pages"], reserve_last_token=cfg["match"] == "cap")
-    return res.page_hit_rate()
+    name = row["config"]["trace"]
+    if name not in traces:
+        traces[name] = load_mooncake(TRACES[name], 512)
+    return run_core(row, traces[name]).page_hit_rate()
 
 
 def table(path: Path) -> str:

@@ -12,7 +12,11 @@ SGLang's scheduler does), ``storage_pages`` (None: unbounded store), ``storage_e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hicache_sim.core import CacheConfig
+    from hicache_sim.instant import InstantResult
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = {
@@ -89,3 +93,40 @@ def row_by_id(rid: str) -> dict[str, Any]:
         if row["id"] == rid:
             return row
     raise KeyError(f"no row {rid!r}; rows: {', '.join(r['id'] for r in all_rows())}")
+
+
+def core_config(cfg: dict[str, Any]) -> CacheConfig:
+    """A row's configuration (a target's ``config``) as the core's. Imports the core when called, so
+    the driver's env can import this module without it."""
+    from hicache_sim.core import CacheConfig
+
+    bounded = cfg["storage_pages"] is not None
+    return CacheConfig(
+        512,
+        cfg["l1_pages"],
+        cfg["l2_pages"],
+        write_policy=cfg["write_policy_resolved"],
+        host_memory_mode=cfg["host_memory_mode"],
+        host_eviction="evicted_only",
+        eviction_policy="lru",
+        eviction_granularity="node",
+        storage=True,
+        storage_capacity_pages=cfg["storage_pages"],
+        # HiCacheFile: unbounded without max_size; with it, its LRU evicting down to eviction_ratio x cap.
+        storage_eviction="file_lru" if bounded else "file",
+        storage_eviction_params={"low_watermark": cfg["storage_eviction_ratio"]} if bounded else {},
+        prefetch_policy=cfg["prefetch_policy"],
+    )
+
+
+def run_core(row: dict[str, Any], trace: list) -> InstantResult:
+    """The core's instant run of a target row over the first ``requests`` of its trace (page size 512)."""
+    from hicache_sim.instant import run_instant
+
+    cfg = row["config"]
+    return run_instant(
+        core_config(cfg),
+        trace[: row["requests"]],
+        chunk_pages=cfg["chunk_pages"],
+        reserve_last_token=cfg["match"] == "cap",
+    )
