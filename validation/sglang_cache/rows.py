@@ -29,7 +29,9 @@ BOUNDED = {"synthetic": 10000, "conversation": 40000}
 
 
 def _row(rid: str, trace: str, l1: int, l2: int, policy: str, mode: str = "cache", **kw: Any) -> dict[str, Any]:
-    resolved = "write_through" if mode == "buffer_only" and policy == "write_back" else policy
+    from hicache_sim.core.config import BUFFER_ONLY_RESOLVED_POLICIES
+
+    resolved = BUFFER_ONLY_RESOLVED_POLICIES.get(policy, policy) if mode == "buffer_only" else policy
     row = {
         "id": rid,
         "trace": trace,
