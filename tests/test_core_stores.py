@@ -238,7 +238,7 @@ def test_mooncake_query_leases_the_batches_sglang_asked_about():
     s.put([p for p in pages if p != 5])
     clock.t = 1
     assert s.prefix_hits(pages) == 4
-    keys = s._pages
+    keys = s._keys
     assert keys[6][0] == keys[128][0] == 11.0  # queried (first batch, after the miss)
     assert keys[129][0] == 0.0  # the second batch was never asked
 

@@ -272,8 +272,54 @@ class FileLRUStore(PageLRU):
         return added
 
 
+class _MooncakeMaster(StoreModel):
+    """What both Mooncake models share (master_service.cpp): each stored item (a page, or one object
+    of it) has an eviction key, its lease deadline and the grant that set it; a lease never shrinks;
+    the eviction thread's trigger. The pool is one for all ranks (``capacity_scope``)."""
+
+    capacity_scope = "shared"
+
+    def _setup(self) -> None:
+        # item -> (lease deadline, grant number): the eviction key, smaller first.
+        self._keys: dict = {}
+        self._grants = 0
+        self._need_eviction = False
+        # A batch that found every item leased needs no retry before the first lease ends or a write.
+        self._idle_until = -math.inf
+
+    def _grant(self, item: Any, deadline: float) -> None:
+        """Extend ``item``'s lease to ``deadline`` (a lease never shrinks)."""
+        key = self._keys[item]
+        if deadline > key[0]:
+            self._grants += 1
+            self._keys[item] = (deadline, self._grants)
+
+    def _batch_target(self, now: float, cap: int | None) -> float | None:
+        """The share of the ``cap`` items a batch due by ``now`` evicts: when over the watermark (or
+        after a failed write), with something stored, and not waiting for a lease to end; None when
+        no batch is due."""
+        if not cap:
+            return None
+        used = len(self._keys)
+        high, ratio = self.params["high_watermark"], self.params["evict_ratio"]
+        if used / cap <= high and not self._need_eviction:
+            return None
+        if not used:  # nothing to evict (Mooncake drops the request too)
+            self._need_eviction = False
+            return None
+        if now < self._idle_until:
+            return None
+        return max(ratio, used / cap - high + ratio)
+
+    def _queried(self, hashes: list[int], n: int) -> list[int]:
+        """The hashes SGLang's ``batch_exists`` asked about when the first ``n`` hit: ``batch_pages``
+        at a time, up to the batch holding the first miss."""
+        end = len(hashes) if n == len(hashes) else min(len(hashes), (n // self.batch_pages + 1) * self.batch_pages)
+        return hashes[:end]
+
+
 @STORE_MODELS.register("mooncake")
-class MooncakeStore(StoreModel):
+class MooncakeStore(_MooncakeMaster):
     """Mooncake Store's memory pool (master_service.cpp BatchEvict, EvictionThreadFunc, PutEnd,
     GrantReadLease). Each page's objects (K and V of every writing rank) share one eviction key, its
     lease deadline: the write time after a put, ``now + lease_s`` after a read or an existence check
@@ -289,52 +335,28 @@ class MooncakeStore(StoreModel):
 
     name = "mooncake"
     knobs: ClassVar[dict[str, float]] = {"high_watermark": 0.90, "evict_ratio": 0.05, "lease_s": 10.0}
-    capacity_scope = "shared"
 
-    def _setup(self) -> None:
-        # page hash -> (lease deadline, grant number): the eviction key, smaller first.
-        self._pages: dict[int, tuple[float, int]] = {}
-        self._grants = 0
-        self._need_eviction = False
-        # A batch that found every page leased needs no retry before the first lease ends or a write.
-        self._idle_until = -math.inf
+    # ``_keys``: page hash -> its eviction key.
 
     def __len__(self) -> int:
-        return len(self._pages)
+        return len(self._keys)
 
     def __contains__(self, page_hash: int) -> bool:
-        return page_hash in self._pages
-
-    def _grant(self, h: int, deadline: float) -> None:
-        """Extend ``h``'s lease to ``deadline`` (a lease never shrinks)."""
-        key = self._pages[h]
-        if deadline > key[0]:
-            self._grants += 1
-            self._pages[h] = (deadline, self._grants)
+        return page_hash in self._keys
 
     def _maintain(self, now: float) -> None:
         """What the eviction thread has done by ``now``: one batch when over the watermark (or after a
         failed write), taking only pages whose lease ended."""
-        cap = self.capacity
-        if not cap:
+        target = self._batch_target(now, self.capacity)
+        if target is None:
             return
-        used = len(self._pages)
-        high, ratio = self.params["high_watermark"], self.params["evict_ratio"]
-        if used / cap <= high and not self._need_eviction:
-            return
-        if not used:  # nothing to evict (Mooncake drops the request too)
-            self._need_eviction = False
-            return
-        if now < self._idle_until:
-            return
-        target = max(ratio, used / cap - high + ratio)
-        want = math.ceil(used * target)
-        expired = [(key, h) for h, key in self._pages.items() if key[0] <= now]
+        want = math.ceil(len(self._keys) * target)
+        expired = [(key, h) for h, key in self._keys.items() if key[0] <= now]
         if not expired:  # every page leased: the thread retries later (need_eviction stays set)
-            self._idle_until = min(key[0] for key in self._pages.values())
+            self._idle_until = min(key[0] for key in self._keys.values())
             return
         for _key, h in heapq.nsmallest(min(want, len(expired)), expired):
-            del self._pages[h]
+            del self._keys[h]
         self.evicted_pages += min(want, len(expired))
         self.eviction_batches += 1
         self._need_eviction = False
@@ -345,16 +367,15 @@ class MooncakeStore(StoreModel):
         a lease of ``lease_s``."""
         now = self.clock()
         self._maintain(now)
-        pages = self._pages
+        pages = self._keys
         n = 0
         for h in hashes:
             if h not in pages:
                 break
             n += 1
         if touch:
-            end = len(hashes) if n == len(hashes) else min(len(hashes), (n // self.batch_pages + 1) * self.batch_pages)
             deadline = now + self.params["lease_s"]
-            for h in hashes[:end]:
+            for h in self._queried(hashes, n):
                 if h in pages:
                     self._grant(h, deadline)
         return n
@@ -363,7 +384,7 @@ class MooncakeStore(StoreModel):
         """Store pages: a present one is leased (SGLang checks existence first), a new one is keyed by
         its write time. The first write to a full pool fails and ends the backup."""
         now = self.clock()
-        pages, cap = self._pages, self.capacity
+        pages, cap = self._keys, self.capacity
         lease = now + self.params["lease_s"]
         added = 0
         hashes = list(hashes)
@@ -398,7 +419,7 @@ def _mix64(x: int) -> int:
 
 
 @STORE_MODELS.register("mooncake_sharded")
-class MooncakeShardedStore(StoreModel):
+class MooncakeShardedStore(_MooncakeMaster):
     """Mooncake Store up to v0.3.11 (master_service.cpp BatchEvict before the global candidate pass of
     v0.3.12): the same trigger, keys and leases as ``mooncake``, but a batch walks the 1024 metadata
     shards from a random one and, in each, evicts the expired objects with the oldest keys up to the
@@ -415,19 +436,15 @@ class MooncakeShardedStore(StoreModel):
 
     name = "mooncake_sharded"
     knobs: ClassVar[dict[str, float]] = {"high_watermark": 0.95, "evict_ratio": 0.05, "lease_s": 5.0}
-    capacity_scope = "shared"
 
     def _setup(self) -> None:
+        super()._setup()  # ``_keys``: (page, object) -> its eviction key
         cap = self.capacity
         self.capacity_objects = None if cap is None else cap * self.objects_per_page
-        self._keys: dict[tuple[int, int], tuple[float, int]] = {}  # (page, object) -> eviction key
         self._present: dict[int, int] = {}  # page -> objects present
         self._full = 0  # pages with every object present
         self._shards: list[dict[tuple[int, int], None]] = [{} for _ in range(MOONCAKE_SHARDS)]
-        self._grants = 0
-        self._need_eviction = False
         self._rng = random.Random(MOONCAKE_SHARDS)
-        self._idle_until = -math.inf
         self.evicted_objects = 0
 
     def __len__(self) -> int:
@@ -439,12 +456,6 @@ class MooncakeShardedStore(StoreModel):
     @staticmethod
     def _shard(obj: tuple[int, int]) -> int:
         return _mix64(obj[0] * 0x9E3779B97F4A7C15 + obj[1]) % MOONCAKE_SHARDS
-
-    def _grant(self, obj: tuple[int, int], deadline: float) -> None:
-        key = self._keys[obj]
-        if deadline > key[0]:
-            self._grants += 1
-            self._keys[obj] = (deadline, self._grants)
 
     def _add(self, obj: tuple[int, int], now: float) -> None:
         self._idle_until = -math.inf
@@ -474,19 +485,10 @@ class MooncakeShardedStore(StoreModel):
     def _maintain(self, now: float) -> None:
         """One batch when over the watermark (or after a failed write), shard by shard."""
         cap = self.capacity_objects
-        if not cap:
+        target = self._batch_target(now, cap)
+        if target is None:
             return
-        used = len(self._keys)
-        high, ratio = self.params["high_watermark"], self.params["evict_ratio"]
-        if used / cap <= high and not self._need_eviction:
-            return
-        if not used:  # nothing to evict (Mooncake drops the request too)
-            self._need_eviction = False
-            return
-        if now < self._idle_until:
-            return
-        target = max(ratio, used / cap - high + ratio)
-        lower = max(target * 0.5, used / cap - high)
+        lower = max(target * 0.5, len(self._keys) / cap - self.params["high_watermark"])
         keys = self._keys
         if all(key[0] > now for key in keys.values()):  # every object leased: retry when one ends
             self._idle_until = min(key[0] for key in keys.values())
@@ -540,9 +542,8 @@ class MooncakeShardedStore(StoreModel):
                 break
             n += 1
         if touch:
-            end = len(hashes) if n == len(hashes) else min(len(hashes), (n // self.batch_pages + 1) * self.batch_pages)
             deadline = now + self.params["lease_s"]
-            for h in hashes[:end]:
+            for h in self._queried(hashes, n):
                 if h in self._present:
                     for obj in self._objects(h):
                         if obj in self._keys:
