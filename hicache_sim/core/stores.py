@@ -34,7 +34,7 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError
@@ -46,6 +46,16 @@ KNOB_FIELD = "hardware.storage"
 
 def _never() -> float:
     return 0.0
+
+
+def _leading(hashes: list[int], present: Container[int]) -> int:
+    """How many leading hashes ``present`` holds: ``batch_exists``'s answer (a miss ends the run)."""
+    n = 0
+    for h in hashes:
+        if h not in present:
+            break
+        n += 1
+    return n
 
 
 class StoreModel:
@@ -217,12 +227,7 @@ class FileStore(StoreModel):
 
     def prefix_hits(self, hashes: list[int], *, touch: bool = True) -> int:
         """Leading hashes present (reads change nothing: nothing is ever evicted)."""
-        n = 0
-        for h in hashes:
-            if h not in self._pages:
-                break
-            n += 1
-        return n
+        return _leading(hashes, self._pages)
 
     def put(self, hashes: Iterable[int]) -> int:
         """Store pages until the disk is full; the first that does not fit ends the backup."""
@@ -368,11 +373,7 @@ class MooncakeStore(_MooncakeMaster):
         now = self.clock()
         self._maintain(now)
         pages = self._keys
-        n = 0
-        for h in hashes:
-            if h not in pages:
-                break
-            n += 1
+        n = _leading(hashes, pages)
         if touch:
             deadline = now + self.params["lease_s"]
             for h in self._queried(hashes, n):
@@ -629,12 +630,7 @@ class NixlStore(StoreModel):
     def prefix_hits(self, hashes: list[int], *, touch: bool = True) -> int:
         """Leading hashes present (a read leaves a file's age as it was)."""
         self._maintain(self.clock())
-        n = 0
-        for h in hashes:
-            if h not in self._pages:
-                break
-            n += 1
-        return n
+        return _leading(hashes, self._pages)
 
     def put(self, hashes: Iterable[int]) -> int:
         """Write pages (a present one is re-written: youngest again); the first that finds the disk full
