@@ -480,6 +480,74 @@ def test_calibrate_replaces_its_own_file(tmp_path):
     assert "--seed 1" in (tmp_path / "c.yaml").read_text()
 
 
+SERVER_DECODE = (
+    "[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, "
+    "gen throughput (token/s): 144.95, #queue-req: 0"
+)
+VLLM_LINE = (
+    "INFO 05-01 10:00:00 [loggers.py:116] Engine 000: Avg prompt throughput: 1234.5 tokens/s, Avg generation "
+    "throughput: 456.7 tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 12.3%\n"
+)
+
+
+def _server_log(t: Path, content: bytes | str) -> Path:
+    p = t / "server.log"
+    (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
+    return p
+
+
+CALIBRATE_LOG_CASES = [
+    pytest.param(lambda t: [_server_log(t, VLLM_LINE)], ["server.log:1", "a vLLM log"], id="vllm-log"),
+    pytest.param(
+        lambda t: [_server_log(t, f"{SERVER_DECODE}\n{SERVER_DECODE[:60]}\n")],
+        ["server.log:2", "cut off"],
+        id="truncated-line",
+    ),
+    pytest.param(lambda t: [_server_log(t, "")], ["server.log", "empty file"], id="empty-log"),
+    pytest.param(
+        lambda t: [_server_log(t, '[2026-04-08 14:05:21] INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200\n')],
+        ["server.log", "no 'Prefill batch' or 'Decode batch' line"],
+        id="no-scheduler-lines",
+    ),
+    pytest.param(
+        lambda t: [_server_log(t, f"{SERVER_DECODE}\n{SERVER_DECODE.replace('TP0', 'DP1 TP1')}\n")],
+        ["server.log:2", "rank DP1 TP1 after rank TP0", "one rank's lines"],
+        id="mixed-ranks",
+    ),
+    pytest.param(
+        lambda t: [_server_log(t, SERVER_DECODE.encode() + b"\n\xff\xfe\n")],
+        ["server.log:2", "not UTF-8"],
+        id="log-non-utf8",
+    ),
+    pytest.param(
+        lambda t: [_server_log(t, SERVER_DECODE + "\n")],
+        ["server.log", "no interval of one kind of work"],
+        id="nothing-to-fit",
+    ),
+    pytest.param(
+        lambda t: [_server_log(t, SERVER_DECODE + "\n"), "--format", "xml"],
+        ["--format 'xml'", "sglang-log"],
+        id="log-unknown-format",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), CALIBRATE_LOG_CASES)
+def test_bad_server_log_of_calibrate(tmp_path, make, fragments):
+    sc = write_scenario(tmp_path, TINY)
+    args = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("calibrate", *args, "--scenario", sc, "--out", tmp_path / "c.yaml"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_server_log_needs_a_scenario(tmp_path):
+    log = _server_log(tmp_path, SERVER_DECODE + "\n")
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("calibrate", log, "--out", tmp_path / "c.yaml"), "server.log", "--scenario")
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [

@@ -1,0 +1,243 @@
+"""Read an SGLang server log's scheduler lines (``Prefill batch ...``, ``Decode batch ...``) and turn
+them into *intervals*: stretches of time the log times and whose work is known and of one kind.
+
+A line is not one step's time (docs/reference/sglang-server-log.md): ``gen throughput`` is the tokens
+generated since the previous decode line over the wall time since it (``--decode-log-interval``
+decode steps, 40 by default), ``input throughput`` a prefill batch's new tokens over the time since
+the previous prefill line. So an interval is kept only when what ran inside it is known:
+
+- decode: two consecutive scheduler lines of the log are both decode lines (no prefill ran between)
+  with the same ``#running-req`` ``B`` (the batch only shrinks without a prefill, so it stayed ``B``)
+  and no speculative ``accept len``; every step then took ``B / gen_throughput`` seconds, with the
+  KV tokens between the two lines' ``#token`` figures;
+- prefill: two consecutive prefill lines with the same shape (``#new-seq``, ``#new-token``,
+  ``#cached-token``), no running decode batch at either (``#running-req`` 0) and requests still
+  queued after the first (``#queue-req`` > 0: no idle wait): the gap timed one batch of that shape,
+  whichever of the two batches the version's report times; ``#new-token / input throughput``.
+
+Formats are data: ``FIELDS`` maps each label SGLang prints (0.4.x to 0.5.x, hybrid pools,
+speculative decoding, NPU graphs) to a key and a parser; unknown labels are ignored. ``FOREIGN_LOGS``
+names other servers' logs so a wrong file is refused in one line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .file import CalibrationError
+
+
+def _bool(text: str) -> bool:
+    if text not in ("True", "False"):
+        raise ValueError(text)
+    return text == "True"
+
+
+#: Label printed by SGLang -> (key, parser). Several labels map to one key where versions or pool
+#: kinds name the same figure differently (``#full token`` on hybrid SWA / Mamba pools).
+FIELDS: dict[str, tuple[str, type | object]] = {
+    "#new-seq": ("new_seqs", int),
+    "#new-token": ("new_tokens", int),
+    "#cached-token": ("cached_tokens", int),
+    "#running-req": ("running", int),
+    "#queue-req": ("queue", int),
+    "#token": ("kv_tokens", int),
+    "#full token": ("kv_tokens", int),
+    "token usage": ("usage", float),
+    "full token usage": ("usage", float),
+    "cuda graph": ("graph", _bool),
+    "npu graph": ("graph", _bool),
+    "cpu graph": ("graph", _bool),
+    "musa graph": ("graph", _bool),
+    "gen throughput (token/s)": ("gen_tps", float),
+    "input throughput (token/s)": ("input_tps", float),
+    "accept len": ("accept_len", float),
+}
+
+#: Line kind -> the keys a complete line of that kind carries (a line without them is truncated).
+REQUIRED = {
+    "prefill": ("new_seqs", "new_tokens", "cached_tokens"),
+    "decode": ("running", "kv_tokens", "gen_tps"),
+}
+
+#: Other servers' logs, recognised so that a wrong file gets a plain answer: (pattern, server).
+FOREIGN_LOGS = (
+    (re.compile(r"Avg prompt throughput: .* tokens/s, Avg generation throughput"), "a vLLM log"),
+    (re.compile(r"\bvllm\.(?:engine|entrypoints|v1)\b|\(APIServer pid=\d+\)|\(EngineCore_\d+ pid=\d+\)"), "a vLLM log"),
+    (re.compile(r"text_generation_router|text_generation_launcher"), "a TGI log"),
+)
+
+# "[2025-02-27 04:37:29 DP0 TP0 EP0] Decode batch. #running-req: ..." (0.4.x: "batch."; 0.5.x: "batch,";
+# SGLANG_LOG_FORWARD_ITERS adds " [iter]").
+LINE = re.compile(r"(?P<prefix>.*?)\b(?P<kind>Prefill|Decode) batch(?: \[\d+\])?[.,] ?(?P<body>.*)$")
+RANK = re.compile(r"\b(?:TP|DP|PP|EP|CP|ATTN_DP)\d+\b")
+PART = re.compile(r"^(?P<label>[^:]+): (?P<value>\S+)$")
+
+
+@dataclass
+class LogLine:
+    """One scheduler line: where it is, its kind, its rank tag and its parsed figures."""
+
+    lineno: int
+    kind: str
+    rank: str
+    figures: dict = field(default_factory=dict)
+
+
+@dataclass
+class Interval:
+    """A timed stretch of one kind of work: ``seconds`` for one step of ``shape`` (decode: batch size,
+    KV tokens; prefill: new sequences, new tokens, cached tokens), and the line that timed it."""
+
+    kind: str
+    shape: tuple[float, ...]
+    seconds: float
+    lineno: int
+
+
+@dataclass
+class ParsedLog:
+    """The scheduler lines of one log, the intervals they pin and why others were not used."""
+
+    path: str
+    lines: list[LogLine]
+    intervals: list[Interval]
+    skipped: dict[str, int]
+
+
+def read_text_lines(path: Path) -> list[str]:
+    """The log's lines; a byte that is not UTF-8 is refused naming its line."""
+    if not path.is_file():
+        raise CalibrationError(f"{path}: server log not found")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        lineno = data[: e.start].count(b"\n") + 1
+        raise CalibrationError(f"{path}:{lineno}: not UTF-8 text; expected an SGLang server log") from None
+
+
+def foreign_server(text_lines: list[str]) -> tuple[int, str] | None:
+    """(line number, server) of the first line that marks another server's log, else None."""
+    for i, line in enumerate(text_lines, 1):
+        for pattern, server in FOREIGN_LOGS:
+            if pattern.search(line):
+                return i, server
+    return None
+
+
+def is_sglang_log(text_lines: list[str]) -> bool:
+    """Whether the text holds at least one SGLang scheduler line (format detection)."""
+    return any(LINE.search(line) for line in text_lines)
+
+
+def parse_line(text: str, lineno: int, path: str) -> LogLine | None:
+    """A scheduler line's figures, None for any other line; a cut-off line is refused."""
+    m = LINE.search(text)
+    if not m:
+        return None
+    kind = m["kind"].lower()
+    figures: dict = {}
+    parts = [p.strip() for p in m["body"].strip().rstrip(",").split(", ")]
+    for i, part in enumerate(parts):
+        pm = PART.match(part)
+        if not pm:
+            if i == len(parts) - 1:
+                raise CalibrationError(f"{path}:{lineno}: {m['kind']} batch line is cut off at {part!r}")
+            continue  # a figure this reader does not know the shape of
+        spec = FIELDS.get(pm["label"])
+        if spec is None:
+            continue  # unknown label: ignored
+        key, parse = spec
+        try:
+            figures[key] = parse(pm["value"])
+        except ValueError:
+            raise CalibrationError(
+                f"{path}:{lineno}: {pm['label']}: expected a {'flag' if key == 'graph' else 'number'}, "
+                f"got {pm['value']!r}"
+            ) from None
+    missing = [k for k in REQUIRED[kind] if k not in figures]
+    if missing:
+        raise CalibrationError(
+            f"{path}:{lineno}: {m['kind']} batch line is cut off or incomplete: no {', '.join(missing)}"
+        )
+    rank = " ".join(RANK.findall(m["prefix"]))
+    return LogLine(lineno, kind, rank, figures)
+
+
+def decode_interval(prev: LogLine, line: LogLine) -> Interval | str:
+    """The decode step time two consecutive decode lines pin, or why they pin none."""
+    f, g = prev.figures, line.figures
+    if "accept_len" in g:
+        return "speculative decoding (tokens per step unknown)"
+    b = g["running"]
+    if b <= 0 or f["running"] != b:
+        return "batch size changed between the lines"
+    if g["gen_tps"] <= 0:
+        return "zero throughput"
+    kv = (f["kv_tokens"] + g["kv_tokens"]) / 2.0
+    return Interval("decode", (b, kv), b / g["gen_tps"], line.lineno)
+
+
+def prefill_interval(prev: LogLine, line: LogLine) -> Interval | str:
+    """The prefill batch time two consecutive prefill lines pin, or why they pin none."""
+    f, g = prev.figures, line.figures
+    if "input_tps" not in g:
+        return "no input throughput on the line (this version prints none)"
+    shape = (g["new_seqs"], g["new_tokens"], g["cached_tokens"])
+    if (f["new_seqs"], f["new_tokens"], f["cached_tokens"]) != shape:
+        return "the two batches differ in shape"
+    if f.get("running", 1) or g.get("running", 1):
+        return "decode steps may have run between"
+    if f.get("queue", 0) <= 0:
+        return "the server may have waited for a request"
+    if g["input_tps"] <= 0 or g["new_tokens"] <= 0:
+        return "zero throughput"
+    return Interval("prefill", shape, g["new_tokens"] / g["input_tps"], line.lineno)
+
+
+#: (kind of the earlier line, kind of the later line) -> what the pair pins.
+PAIR_RULES = {("decode", "decode"): decode_interval, ("prefill", "prefill"): prefill_interval}
+
+
+def parse_server_log(path: str | Path) -> ParsedLog:
+    """Parse a server log into scheduler lines and intervals; CalibrationError names file and line."""
+    p = Path(path)
+    text_lines = read_text_lines(p)
+    if not any(t.strip() for t in text_lines):
+        raise CalibrationError(f"{path}: empty file; expected an SGLang server log")
+    lines: list[LogLine] = []
+    for i, t in enumerate(text_lines, 1):
+        ln = parse_line(t, i, str(path))
+        if ln is None:
+            continue
+        if lines and ln.rank != lines[0].rank:
+            raise CalibrationError(
+                f"{path}:{i}: lines of rank {ln.rank or '(none)'} after rank {lines[0].rank or '(none)'} "
+                f"(line {lines[0].lineno}): give one rank's lines (one server, one DP rank)"
+            )
+        lines.append(ln)
+    if not lines:
+        other = foreign_server(text_lines)
+        if other:
+            raise CalibrationError(f"{path}:{other[0]}: {other[1]}, not an SGLang server log")
+        raise CalibrationError(
+            f"{path}: no 'Prefill batch' or 'Decode batch' line; expected an SGLang server log at its default log level"
+        )
+    intervals: list[Interval] = []
+    skipped: dict[str, int] = {}
+    for prev, line in itertools.pairwise(lines):
+        rule = PAIR_RULES.get((prev.kind, line.kind))
+        if rule is None:
+            why = f"{line.kind} line after a {prev.kind} line (mixed work)"
+        else:
+            got = rule(prev, line)
+            if isinstance(got, Interval):
+                intervals.append(got)
+                continue
+            why = f"{line.kind}: {got}"
+        skipped[why] = skipped.get(why, 0) + 1
+    return ParsedLog(str(path), lines, intervals, skipped)

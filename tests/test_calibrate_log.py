@@ -1,0 +1,240 @@
+"""``hicache-sim calibrate SERVER_LOG --scenario S``: the SGLang server-log reader (real lines from public
+logs, every format), what a pair of lines pins, and the fit recovering knobs from a log the simulator's
+own step times wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY_SCENARIO, invoke
+
+from hicache_sim.calibration.file import load_calibration
+from hicache_sim.calibration.logfit import fit_log, model_with, step_seconds
+from hicache_sim.calibration.serverlog import Interval, parse_line, parse_server_log
+from hicache_sim.scenario import build_scenario, resolve
+from hicache_sim.sim.compute import ComputeParams
+
+TRUE = {"hbm_efficiency": 0.61, "decode_us_per_layer": 31.0, "linear_mfu": 0.47, "attention_mfu": 0.33}
+DECODE_SHAPES = [(1, 2_000), (8, 30_000), (32, 90_000), (64, 150_000), (16, 200_000), (4, 8_000)]
+PREFILL_SHAPES = [(1, 512, 0), (1, 8192, 0), (1, 8192, 24576), (2, 4096, 30000), (4, 16384, 0), (1, 2048, 60000)]
+LOG_INTERVAL = 40  # --decode-log-interval's default: decode steps between two decode lines
+
+
+def _resolved(scenario: dict = TINY_SCENARIO):
+    return resolve(build_scenario(dict(scenario), "t", []))
+
+
+def decode_line(style: str, b: int, kv: int, tps: float) -> str:
+    """A decode line as SGLang prints it: 0.4.x ``Decode batch.`` ending ``, ``; 0.5.x ``Decode batch,``."""
+    if style == "0.4":
+        return (
+            f"[2025-02-27 04:37:29 TP0] Decode batch. #running-req: {b}, #token: {kv}, token usage: 0.13, "
+            f"gen throughput (token/s): {tps:.2f}, #queue-req: 0, "
+        )
+    return (
+        f"[2026-04-08 14:05:21 TP0] Decode batch, #running-req: {b}, #token: {kv}, token usage: 0.29, "
+        f"cuda graph: True, gen throughput (token/s): {tps:.2f}, #queue-req: 0"
+    )
+
+
+def prefill_line(n: int, new: int, cached: int, tps: float, running: int = 0, queue: int = 5) -> str:
+    """A 0.5.x prefill line (the form that prints input throughput)."""
+    return (
+        f"[2026-07-04 04:31:24 TP0] Prefill batch, #new-seq: {n}, #new-token: {new}, #cached-token: {cached}, "
+        f"token usage: 0.14, #running-req: {running}, #queue-req: {queue}, #pending-token: 0, cuda graph: False, "
+        f"input throughput (token/s): {tps:.2f}"
+    )
+
+
+def simulated_log(knobs: dict, style: str = "0.5", decode=DECODE_SHAPES, prefill=PREFILL_SHAPES, runs: int = 3) -> str:
+    """A server log whose figures are the simulator's own step times for ``knobs``: per decode shape a
+    prefill line then ``runs + 1`` decode lines ``LOG_INTERVAL`` steps apart (the first follows the
+    prefill, so it pins nothing); per prefill shape ``runs + 1`` identical back-to-back batches."""
+    model = model_with(ComputeParams.from_resolved(_resolved()), knobs)
+    lines = []
+    for b, kv in decode:
+        lines.append(prefill_line(b, 100 * b, 0, 1234.5, running=0, queue=0))
+        k = kv
+        lines.append(decode_line(style, b, k, 99.0))
+        for _ in range(runs):
+            nxt = k + LOG_INTERVAL * b
+            step = step_seconds(model, Interval("decode", (b, (k + nxt) / 2), 0.0, 0))
+            lines.append(decode_line(style, b, nxt, b / step))
+            k = nxt
+    if style != "0.4":  # 0.4.x prints no input throughput outside a disaggregated prefill server
+        for n, new, cached in prefill:
+            step = step_seconds(model, Interval("prefill", (n, new, cached), 0.0, 0))
+            lines += [prefill_line(n, new, cached, new / step) for _ in range(runs + 1)]
+    lines.append('[2026-04-08 14:05:21] INFO:     127.0.0.1:40052 - "POST /generate HTTP/1.1" 200 OK')
+    return "\n".join(lines) + "\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "server.log") -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def write_scenario(tmp_path: Path, scenario: dict = TINY_SCENARIO) -> Path:
+    p = tmp_path / "sc.yaml"
+    p.write_text(yaml.safe_dump(scenario))
+    return p
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+@pytest.mark.parametrize("style", ["0.5", "0.4"])
+def test_fit_recovers_knobs_of_a_simulated_log(tmp_path, style):
+    parsed = parse_server_log(write(tmp_path, simulated_log(TRUE, style)))
+    fit = fit_log(_resolved(), parsed.intervals, holdout=0.25, seed=0)
+    expect = TRUE if style == "0.5" else {k: TRUE[k] for k in ("hbm_efficiency", "decode_us_per_layer")}
+    assert set(fit.knobs) == set(expect)
+    for k, v in expect.items():
+        assert fit.knobs[k] == pytest.approx(v, rel=0.01), k
+    assert fit.holdout_ape["decode"][1] < 0.1
+    if style == "0.4":
+        assert "no prefill-only interval" in fit.not_pinned["linear_mfu"]
+
+
+def test_calibrate_writes_a_file_a_scenario_reads(tmp_path):
+    log = write(tmp_path, simulated_log(TRUE))
+    sc = write_scenario(tmp_path)
+    out = tmp_path / "cal.yaml"
+    r = invoke("calibrate", log, "--scenario", sc, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "held-out decode step time" in r.output and "not pinned: step_overhead_us" in r.output
+    cal = load_calibration(out)
+    assert set(cal.compute) == set(TRUE)
+    scen = {**TINY_SCENARIO, "hardware": {"calibration": str(out)}}
+    knobs = _resolved(scen).compute_knobs
+    for k, v in TRUE.items():
+        assert knobs[k] == pytest.approx(v, rel=0.01), k
+
+
+def test_one_decode_shape_pins_one_decode_knob(tmp_path):
+    """Steps of one shape cannot tell the HBM efficiency from the per-layer fixed cost: one is fitted,
+    the other kept and named."""
+    text = simulated_log(TRUE, decode=[(8, 30_000)], prefill=[], runs=1)
+    fit = fit_log(_resolved(), parse_server_log(write(tmp_path, text)).intervals, holdout=0.0)
+    assert list(fit.knobs) == ["hbm_efficiency"]
+    assert "cannot tell it from hbm_efficiency" in fit.not_pinned["decode_us_per_layer"]
+
+
+# --------------------------------------------------------------------------- what a pair of lines pins
+
+
+def test_prefill_after_idle_pins_nothing(tmp_path):
+    """eugr/llama-benchy#15: one 2048-token prompt at a time, nothing queued; input throughput 45 tok/s
+    is the time between requests, not a prefill's."""
+    line = (
+        "[2026-05-15 12:31:24] Prefill batch, #new-seq: 1, #new-token: 2048, #cached-token: 0, full token usage: "
+        "0.01, swa token usage: 0.02, #running-req: 0, #queue-req: 0, input throughput (token/s): 45.65, "
+        "cuda graph: False"
+    )
+    parsed = parse_server_log(write(tmp_path, f"{line}\n{line.replace('45.65', '46.04')}\n"))
+    assert parsed.intervals == []
+    assert parsed.skipped == {"prefill: the server may have waited for a request": 1}
+
+
+def test_speculative_decode_pins_nothing(tmp_path):
+    """sgl-project/sgl-kernel-npu#608 (EAGLE on NPU): tokens per step vary with the accept length."""
+    a = (
+        "[2026-07-21 15:00:19 TP0 EP0] Decode batch, #running-req: 23, #token: 227968, token usage: 0.64, "
+        "accept len: 2.63, accept rate: 0.54, npu graph: True, gen throughput (token/s): 631.96, #queue-req: 3"
+    )
+    parsed = parse_server_log(write(tmp_path, f"{a}\n{a}\n"))
+    assert parsed.intervals == []
+    assert "speculative" in next(iter(parsed.skipped))
+
+
+def test_decode_after_prefill_or_batch_change_pins_nothing(tmp_path):
+    text = "\n".join(
+        [
+            prefill_line(1, 100, 0, 1000.0, running=3),
+            decode_line("0.5", 4, 1000, 500.0),
+            decode_line("0.5", 3, 1100, 500.0),
+            decode_line("0.5", 3, 1220, 400.0),
+        ]
+    )
+    parsed = parse_server_log(write(tmp_path, text))
+    assert [(iv.shape, iv.seconds) for iv in parsed.intervals] == [((3, 1160.0), 3 / 400.0)]
+    assert parsed.skipped == {
+        "decode line after a prefill line (mixed work)": 1,
+        "decode: batch size changed between the lines": 1,
+    }
+
+
+# --------------------------------------------------------------------------- real lines of public logs
+
+REAL_LINES = [
+    pytest.param(
+        # sgl-project/sglang#3909 (0.4.x: "Decode batch." and no graph flag)
+        "[2025-02-27 04:37:29 TP0] Decode batch. #running-req: 8, #token: 67724, token usage: 0.13, "
+        "gen throughput (token/s): 183.54, #queue-req: 0",
+        ("decode", "TP0", {"running": 8, "kv_tokens": 67724, "gen_tps": 183.54, "queue": 0}),
+        id="0.4-decode-sglang#3909",
+    ),
+    pytest.param(
+        # sgl-project/sglang#22166 (0.5.x, no rank prefix)
+        "[2026-04-05 20:02:51] Prefill batch, #new-seq: 1, #new-token: 158, #cached-token: 0, token usage: 0.08, "
+        "#running-req: 31, #queue-req: 0, cuda graph: True, input throughput (token/s): 559.53",
+        ("prefill", "", {"new_seqs": 1, "new_tokens": 158, "running": 31, "graph": True, "input_tps": 559.53}),
+        id="0.5-prefill-sglang#22166",
+    ),
+    pytest.param(
+        # sgl-project/sglang#22331 (0.5.x decode, cuda graph)
+        "[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, cuda graph: "
+        "True, gen throughput (token/s): 144.95, #queue-req: 0",
+        ("decode", "TP0", {"running": 5, "kv_tokens": 20800, "graph": True, "gen_tps": 144.95}),
+        id="0.5-decode-sglang#22331",
+    ),
+    pytest.param(
+        # sgl-project/sglang#30047 (hybrid Mamba pool, NPU graph, #pending-token)
+        "[2026-07-04 04:31:24 TP0] Prefill batch, #new-seq: 12, #new-token: 43008, #cached-token: 0, full token "
+        "usage: 0.14, mamba usage: 0.20, #running-req: 1, #queue-req: 97, #pending-token: 109585, npu graph: "
+        "False, input throughput (token/s): 15734.14",
+        ("prefill", "TP0", {"new_seqs": 12, "usage": 0.14, "queue": 97, "graph": False, "input_tps": 15734.14}),
+        id="mamba-npu-sglang#30047",
+    ),
+    pytest.param(
+        # eugr/llama-benchy#15 (hybrid SWA pool)
+        "[2026-05-15 12:31:24] Prefill batch, #new-seq: 1, #new-token: 2048, #cached-token: 0, full token usage: "
+        "0.01, swa token usage: 0.02, #running-req: 0, #queue-req: 0, input throughput (token/s): 45.65, "
+        "cuda graph: False",
+        ("prefill", "", {"new_tokens": 2048, "usage": 0.01, "input_tps": 45.65, "graph": False}),
+        id="swa-llama-benchy#15",
+    ),
+    pytest.param(
+        # sgl-project/sgl-kernel-npu#608 (speculative, EP prefix)
+        "[2026-07-21 15:00:13 TP0 EP0] Decode batch, #running-req: 24, #token: 233600, token usage: 0.66, "
+        "accept len: 3.05, accept rate: 0.68, npu graph: True, gen throughput (token/s): 239.06, #queue-req: 2",
+        ("decode", "TP0 EP0", {"running": 24, "kv_tokens": 233600, "accept_len": 3.05, "gen_tps": 239.06}),
+        id="spec-npu-sgl-kernel-npu#608",
+    ),
+    pytest.param(
+        # a DP-attention rank's line, format of sglang 0.5.23 scheduler_components/pool_stats_observer.py (SWA decode)
+        "[2026-01-02 03:04:05 DP1 TP1 EP1] Decode batch, #running-req: 3, #full token: 900, full token usage: 0.10, "
+        "#swa token: 300, swa token usage: 0.05, cuda graph: True, gen throughput (token/s): 60.00, #queue-req: 0",
+        ("decode", "DP1 TP1 EP1", {"running": 3, "kv_tokens": 900, "usage": 0.10, "gen_tps": 60.0}),
+        id="swa-decode-dp-prefix",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expect"), REAL_LINES)
+def test_real_lines_parse(text, expect):
+    kind, rank, figures = expect
+    line = parse_line(text, 7, "x.log")
+    assert (line.kind, line.rank, line.lineno) == (kind, rank, 7)
+    for k, v in figures.items():
+        assert line.figures[k] == v, k
+
+
+def test_unknown_fields_are_ignored():
+    """A figure a later version adds (or one without a value in the middle) is skipped, not fatal."""
+    text = decode_line("0.5", 3, 900, 60.0).replace("cuda graph", "new figure: 12, odd, cuda graph")
+    line = parse_line(text, 1, "x.log")
+    assert line.figures == {"running": 3, "kv_tokens": 900, "usage": 0.29, "graph": True, "gen_tps": 60.0, "queue": 0}
