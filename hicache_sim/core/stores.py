@@ -114,10 +114,9 @@ class StoreModel:
         """Each key must be a knob of this model and a number in its range (raises ConfigError)."""
         for key, value in params.items():
             if key not in cls.knobs:
-                readers = [n for n in STORE_MODELS.names() if key in STORE_MODELS.get(n).knobs]
+                readers = ", ".join(knob_readers(key)) or "none"
                 raise ConfigError(
-                    f"{KNOB_FIELD}.{key}",
-                    f"the {cls.name} store model does not read it (models that do: {', '.join(readers) or 'none'})",
+                    f"{KNOB_FIELD}.{key}", f"the {cls.name} store model does not read it (models that do: {readers})"
                 )
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"{KNOB_FIELD}.{key}", f"expected a finite number, got {value!r}")
@@ -148,6 +147,12 @@ class StoreModel:
 
 
 STORE_MODELS: Registry[type[StoreModel]] = Registry("storage eviction model", f"{KNOB_FIELD}.eviction")
+
+
+def knob_readers(key: str) -> list[str]:
+    """The store models that read the knob ``key``, in registry order."""
+    return [n for n in STORE_MODELS.names() if key in STORE_MODELS.get(n).knobs]
+
 
 # Each knob's range (low, high, whether low itself is allowed): a fraction of the store, or seconds.
 KNOB_RANGES: dict[str, tuple[float, float, bool]] = {

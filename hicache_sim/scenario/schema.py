@@ -18,7 +18,7 @@ from ..core import (
     WRITE_POLICIES,
 )
 from ..core.schedule import check_policy
-from ..core.stores import STORE_MODELS
+from ..core.stores import STORE_MODELS, knob_readers
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
 from ..hardware.presets import (
     GPUS,
@@ -574,7 +574,7 @@ class Scenario(_Strict):
                 raise ValueError(f"hardware.storage.{key}: no storage tier (cache.storage_backend is none)")
             model = STORE_MODELS.get(name)
             if key not in model.knobs:
-                readers = ", ".join(n for n in STORE_MODELS.names() if key in STORE_MODELS.get(n).knobs)
+                readers = ", ".join(knob_readers(key))
                 raise ValueError(
                     f"hardware.storage.{key}: the {name} store model does not read it (models that do: {readers}; "
                     "choose one with hardware.storage.eviction)"
