@@ -60,12 +60,11 @@ def l3_lines(s: dict, storage: bool, store: str, scenario: str, set_: list[str])
         ]
     import shlex
 
-    from ..output.l3 import detail_lines, verdict_line
+    from ..output.l3 import detail_lines, how_to_compare, verdict_line
 
     a = s["l3"]["load_vs_recompute"]
     words = ["hicache-sim", "advise", scenario, *(w for x in set_ for w in ("--set", x))]
-    hint = f"whether the store lowers TTFT here: {shlex.join(words)} (times it with and without the store)"
-    return [verdict_line(a, hint=hint), *detail_lines(a)]
+    return [verdict_line(a, hint=how_to_compare(shlex.join(words))), *detail_lines(a)]
 
 
 @app.command()

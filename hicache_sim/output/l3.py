@@ -57,8 +57,16 @@ TIME_WINDOWS = 10
 #: A TTFT change smaller than this (relative) is no change; a hit-rate gain below this (absolute) none.
 TTFT_TOLERANCE = 0.02
 HIT_TOLERANCE = 0.005
-#: How to get part (b) after a ``run``: advise times the scenario with and without the store.
-HOW_TO_COMPARE = "whether the store lowers TTFT here: hicache-sim advise SCENARIO (times it with and without the store)"
+
+
+def how_to_compare(command: str = "hicache-sim advise SCENARIO") -> str:
+    """How to get part (b) after a ``run``: ``command`` (advise) times the scenario with and without
+    the store."""
+    return f"whether the store lowers TTFT here: {command} (times it with and without the store)"
+
+
+#: summary.json's ``with_without_how`` (the scenario named generically).
+HOW_TO_COMPARE = how_to_compare()
 
 
 @dataclass(frozen=True)
