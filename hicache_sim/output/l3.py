@@ -603,9 +603,8 @@ def store_pair(
     sc = build_scenario(timed, source, set_args)
     without_args = [*set_args, *WITHOUT_STORE[sc.cache.host_memory_mode]]
     runs = {"with_store": set_args, "without_store": without_args}
-    identity = {
-        k: point_identity(scenario_dump(build_scenario(timed, source, args)), base_dir) for k, args in runs.items()
-    }
+    scenarios = {"with_store": sc, "without_store": build_scenario(timed, source, without_args)}
+    identity = {k: point_identity(scenario_dump(s), base_dir) for k, s in scenarios.items()}
     kept = folder / "l3.json"
     try:
         old = json.loads(kept.read_text(encoding="utf-8"))
