@@ -86,6 +86,7 @@ class Setup:
     calibration: str | None
     notes: list[str] = field(default_factory=list)
     buffer_only: bool = False  # the host is a staging buffer: hit-rate targets judged on timed runs
+    storage_backend: str = "none"  # the scenario's store (with one, advise adds the L3 verdict)
 
 
 def setup(data: dict, source: str, set_args: list[str], budget: float | None, sizes: list[int] | None) -> Setup:
@@ -137,7 +138,18 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
         if sc.cache.storage_backend != "none":
             axes[STORAGE] = [sc.cache.storage_backend, "none"]
     hw = sc.hardware
-    return Setup(base, sizes, axes, device_gb, r.bytes_per_token, hw.tp * hw.pp, hw.calibration, notes, buffer)
+    return Setup(
+        base,
+        sizes,
+        axes,
+        device_gb,
+        r.bytes_per_token,
+        hw.tp * hw.pp,
+        hw.calibration,
+        notes,
+        buffer,
+        sc.cache.storage_backend,
+    )
 
 
 def ordered(table: pd.DataFrame) -> pd.DataFrame:

@@ -97,9 +97,7 @@ def advise(
             )
     import json
 
-    from ..scenario import build_scenario
-
-    backend = build_scenario(st.base, scenario, list(set_)).cache.storage_backend
+    backend = st.storage_backend
     l3, l3_note = None, None
     if backend != "none":
         if instant_only:
