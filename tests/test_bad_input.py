@@ -503,6 +503,11 @@ CALIBRATE_LOG_CASES = [
         ["server.log:2", "cut off"],
         id="truncated-line",
     ),
+    pytest.param(
+        lambda t: [_server_log(t, f"{SERVER_DECODE}\n{SERVER_DECODE[:-5]}\n")],
+        ["server.log:2", "cut off at '#queue-r'"],
+        id="line-cut-in-its-last-figure",
+    ),
     pytest.param(lambda t: [_server_log(t, "")], ["server.log", "empty file"], id="empty-log"),
     pytest.param(
         lambda t: [_server_log(t, '[2026-04-08 14:05:21] INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200\n')],
