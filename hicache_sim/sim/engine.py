@@ -280,7 +280,7 @@ class Scheduler:
         misses = self.cache.take_prefetch_misses()
         if not misses or self.retry_interval <= 0:
             return
-        by_rid = {r.req.rid: r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep}
+        by_rid = {r.req.rid: r for r in self._live_waiting()}
         for rid in misses:
             r = by_rid.get(rid)
             if r is not None:
@@ -294,7 +294,7 @@ class Scheduler:
         retries = self._retries
         if not retries:
             return
-        live = [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
+        live = self._live_waiting()
         for r in [r for r in retries if r.state != "waiting"]:
             del retries[r]
         if live and live[0] in retries:
@@ -409,8 +409,12 @@ class Scheduler:
     def _sort_waiting(self) -> None:
         """Reorder the live waiting entries by the schedule policy (SGLang sorts its queue in place,
         so the order carries over to later rounds)."""
-        live = [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
-        self.waiting = deque((r, r.epoch) for r in self.order_waiting(live, self.cache, self.rng))
+        self.waiting = deque((r, r.epoch) for r in self.order_waiting(self._live_waiting(), self.cache, self.rng))
+
+    def _live_waiting(self) -> list[SimRequest]:
+        """The waiting queue's live requests, in order (entries left by an admission or a re-queue
+        skipped)."""
+        return [r for r, ep in self.waiting if r.state == "waiting" and r.epoch == ep]
 
     def _admitted(self, r: SimRequest) -> None:
         r.state = "prefill"
