@@ -239,3 +239,12 @@ def test_unknown_fields_are_ignored():
     text = decode_line("0.5", 3, 900, 60.0).replace("cuda graph", "new figure: 12, odd, cuda graph")
     line = parse_line(text, 1, "x.log")
     assert line.figures == {"running": 3, "kv_tokens": 900, "usage": 0.29, "graph": True, "gen_tps": 60.0, "queue": 0}
+
+
+def test_full_chunk_prefill_pins_nothing(tmp_path):
+    """SGLang logs a chunked prompt's later chunks with ``#cached-token: 0`` (0.4.10 add_chunked_req), so a
+    batch that filled the chunk may attend to context the line does not show."""
+    text = "\n".join(prefill_line(1, 8192, 0, 40000.0) for _ in range(3))
+    assert len(parse_server_log(write(tmp_path, text)).intervals) == 2
+    parsed = parse_server_log(write(tmp_path, text), chunk=8192)
+    assert parsed.intervals == [] and "a full chunk" in next(iter(parsed.skipped))

@@ -13,7 +13,8 @@ the previous prefill line. So an interval is kept only when what ran inside it i
 - prefill: two consecutive prefill lines with the same shape (``#new-seq``, ``#new-token``,
   ``#cached-token``), no running decode batch at either (``#running-req`` 0) and requests still
   queued after the first (``#queue-req`` > 0: no idle wait): the gap timed one batch of that shape,
-  whichever of the two batches the version's report times; ``#new-token / input throughput``.
+  whichever of the two batches the version's report times; ``#new-token / input throughput``; not
+  a batch that filled the prefill chunk (a long prompt's later chunks log no cached prefix).
 
 Formats are data: ``FIELDS`` maps each label SGLang prints (0.4.x to 0.5.x, hybrid pools,
 speculative decoding, NPU graphs) to a key and a parser; unknown labels are ignored. ``FOREIGN_LOGS``
@@ -168,7 +169,7 @@ def parse_line(text: str, lineno: int, path: str) -> LogLine | None:
     return LogLine(lineno, kind, rank, figures)
 
 
-def decode_interval(prev: LogLine, line: LogLine) -> Interval | str:
+def decode_interval(prev: LogLine, line: LogLine, chunk: int | None = None) -> Interval | str:
     """The decode step time two consecutive decode lines pin, or why they pin none."""
     f, g = prev.figures, line.figures
     if "accept_len" in g:
@@ -182,8 +183,11 @@ def decode_interval(prev: LogLine, line: LogLine) -> Interval | str:
     return Interval("decode", (b, kv), b / g["gen_tps"], line.lineno)
 
 
-def prefill_interval(prev: LogLine, line: LogLine) -> Interval | str:
-    """The prefill batch time two consecutive prefill lines pin, or why they pin none."""
+def prefill_interval(prev: LogLine, line: LogLine, chunk: int | None = None) -> Interval | str:
+    """The prefill batch time two consecutive prefill lines pin, or why they pin none. A batch that
+    filled the prefill chunk (``chunk``: the scenario's chunked_prefill_size) may be part of a longer
+    prompt whose earlier chunks ``#cached-token`` does not count (SGLang logs a continuation's prefix
+    as 0), so its attention work is unknown."""
     f, g = prev.figures, line.figures
     if "input_tps" not in g:
         return "no input throughput on the line (this version prints none)"
@@ -194,6 +198,8 @@ def prefill_interval(prev: LogLine, line: LogLine) -> Interval | str:
         return "decode steps may have run between"
     if f.get("queue", 0) <= 0:
         return "the server may have waited for a request"
+    if chunk and g["new_tokens"] >= chunk:
+        return "a full chunk (its earlier chunks are not in #cached-token)"
     if g["input_tps"] <= 0 or g["new_tokens"] <= 0:
         return "zero throughput"
     return Interval("prefill", shape, g["new_tokens"] / g["input_tps"], line.lineno)
@@ -203,8 +209,9 @@ def prefill_interval(prev: LogLine, line: LogLine) -> Interval | str:
 PAIR_RULES = {("decode", "decode"): decode_interval, ("prefill", "prefill"): prefill_interval}
 
 
-def parse_server_log(path: str | Path) -> ParsedLog:
-    """Parse a server log into scheduler lines and intervals; CalibrationError names file and line."""
+def parse_server_log(path: str | Path, chunk: int | None = None) -> ParsedLog:
+    """Parse a server log into scheduler lines and intervals (``chunk``: the deployment's prefill
+    chunk size, None: unchunked); CalibrationError names file and line."""
     p = Path(path)
     text_lines = read_text_lines(p)
     if not any(t.strip() for t in text_lines):
@@ -234,7 +241,7 @@ def parse_server_log(path: str | Path) -> ParsedLog:
         if rule is None:
             why = f"{line.kind} line after a {prev.kind} line (mixed work)"
         else:
-            got = rule(prev, line)
+            got = rule(prev, line, chunk)
             if isinstance(got, Interval):
                 intervals.append(got)
                 continue

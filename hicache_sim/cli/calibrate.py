@@ -138,7 +138,7 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
     with user_errors(scenario):
         r = resolve(load_scenario(scenario))
     with user_errors(str(log)):
-        parsed = parse_server_log(log)
+        parsed = parse_server_log(log, r.chunked_prefill_size)
         if not parsed.intervals:
             why = "; ".join(f"{n} x {k}" for k, n in sorted(parsed.skipped.items())) or "one scheduler line"
             raise UserError(f"{log}: no interval of one kind of work to fit ({why})")
