@@ -78,7 +78,7 @@ class Resolved:
 
     @property
     def kv_factor(self) -> int:
-        return 1 if self.model.attention == "mla" else 2
+        return kv_tensors(self.model)
 
     @property
     def request_overhead_s(self) -> float:
@@ -424,6 +424,11 @@ def _host_tokens(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str]
     return sizing.host_tokens
 
 
+def kv_tensors(model: ModelPreset) -> int:
+    """KV tensors per layer of a page: K and V, or MLA's one latent."""
+    return 1 if model.attention == "mla" else 2
+
+
 def storage_writers(sc: Scenario, model: ModelPreset) -> int:
     """Ranks that write their own copy of each page to storage: every TP and PP rank, but under MLA
     only TP rank 0 of each stage (the others skip the backup: their KV is the same). A Mooncake page is
@@ -438,7 +443,8 @@ def _storage(sc: Scenario, bpt: int, model: ModelPreset) -> StorageParams:
     st = STORAGE.get(backend) if backend != "none" else None
     cap_gb = hs.capacity_gb if hs.capacity_gb is not None else (st.capacity_gb if st else 0.0)
     eviction = hs.eviction or (st.eviction if st else "lru")
-    share = storage_writers(sc, model) if STORE_MODELS.get(eviction).capacity_scope == "shared" else 1
+    writers = storage_writers(sc, model)
+    share = writers if STORE_MODELS.get(eviction).capacity_scope == "shared" else 1
     page_bytes = bpt * sc.cache.page_size * share
     return StorageParams(
         on=st is not None,
@@ -448,7 +454,7 @@ def _storage(sc: Scenario, bpt: int, model: ModelPreset) -> StorageParams:
         latency_s=(hs.latency_us if hs.latency_us is not None else (st.latency_us if st else 0.0)) * 1e-6,
         eviction=eviction,
         eviction_params=hs.eviction_params(),
-        objects_per_page=storage_writers(sc, model) * (1 if model.attention == "mla" else 2),
+        objects_per_page=writers * kv_tensors(model),
     )
 
 
