@@ -166,7 +166,7 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
         typer.echo(f"  {k:22s} {fit.start[k]:10.4g} -> {v:10.4g}")
     for kind, (med, p90) in fit.holdout_ape.items():
         typer.echo(
-            f"held-out {kind} step time: median {med:.1f} %, p90 {p90:.1f} % (fitted: median {fit.fit_ape[kind]:.1f} %)"
+            f"held-out {kind} step time: median {med:.2f} %, p90 {p90:.2f} % (fitted: median {fit.fit_ape[kind]:.2f} %)"
         )
     for k, why in fit.not_pinned.items():
         typer.echo(f"not pinned: {k}: {why}")
