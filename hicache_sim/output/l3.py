@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .columns import Columns, as_columns
+from .summary import TIERS, hit_rates
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from ..scenario import Resolved
     from ..sim.compute import StepTimeModel
 
-TIERS = ("device", "host", "storage")
 #: Stored prefix lengths listed in the verdict and drawn in its figure (page-aligned, log-spaced).
 CURVE_POINTS = 24
 #: The break-even search tries every page count up to this many pages; above it this many log-spaced
@@ -312,15 +312,8 @@ def _ttft(values: np.ndarray) -> dict[str, float | None]:
     return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99))}
 
 
-def _hits(rows: Columns) -> dict[str, float]:
-    prompt = float(rows["prompt_tokens"].sum()) if len(rows) else 0.0
-    out = {t: (float(rows[f"{t}_hit_tokens"].sum()) / prompt if prompt else 0.0) for t in TIERS}
-    out["total"] = sum(out[t] for t in TIERS)
-    return out
-
-
 def _stats(rows: Columns) -> dict[str, Any]:
-    return {"requests": len(rows), "ttft_s": _ttft(rows["ttft_s"].astype(float)), "hit_rate": _hits(rows)}
+    return {"requests": len(rows), "ttft_s": _ttft(rows["ttft_s"].astype(float)), "hit_rate": hit_rates(rows, "tokens")}
 
 
 def _finished(rows: Columns) -> Columns:

@@ -64,7 +64,8 @@ def window_of(n_requests: int, warmup_fraction: float, warmup_requests: int = 0)
     }
 
 
-def _rates(df: Columns, unit: str) -> dict:
+def hit_rates(df: Columns, unit: str) -> dict:
+    """Hit rate per tier and in total over ``df``'s requests, weighted by ``unit`` (tokens or pages)."""
     total = float(df[f"prompt_{unit}"].sum())
     out = {}
     for tier in TIERS:
@@ -115,8 +116,8 @@ def build_summary(
             "prompt_tokens": int(measured["prompt_tokens"].sum()),
             "prompt_pages": int(measured["prompt_pages"].sum()),
         },
-        "hit_rate": _rates(finished, "tokens"),
-        "page_hit_rate": _rates(finished, "pages"),
+        "hit_rate": hit_rates(finished, "tokens"),
+        "page_hit_rate": hit_rates(finished, "pages"),
         "counters": counters,
         "residency": residency,
         "sizes": sizes,
