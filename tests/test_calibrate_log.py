@@ -48,11 +48,18 @@ def prefill_line(n: int, new: int, cached: int, tps: float, running: int = 0, qu
     )
 
 
-def simulated_log(knobs: dict, style: str = "0.5", decode=DECODE_SHAPES, prefill=PREFILL_SHAPES, runs: int = 3) -> str:
+def simulated_log(
+    knobs: dict,
+    style: str = "0.5",
+    decode=DECODE_SHAPES,
+    prefill=PREFILL_SHAPES,
+    runs: int = 3,
+    scenario: dict = TINY_SCENARIO,
+) -> str:
     """A server log whose figures are the simulator's own step times for ``knobs``: per decode shape a
     prefill line then ``runs + 1`` decode lines ``LOG_INTERVAL`` steps apart (the first follows the
     prefill, so it pins nothing); per prefill shape ``runs + 1`` identical back-to-back batches."""
-    model = model_with(ComputeParams.from_resolved(_resolved()), knobs)
+    model = model_with(ComputeParams.from_resolved(_resolved(scenario)), knobs)
     lines = []
     for b, kv in decode:
         lines.append(prefill_line(b, 100 * b, 0, 1234.5, running=0, queue=0))
@@ -98,6 +105,19 @@ def test_fit_recovers_knobs_of_a_simulated_log(tmp_path, style):
         assert fit.holdout_ape[kind][1] < 0.1 and fit.fit_ape[kind] < 0.1, kind
     if style == "0.4":
         assert "no prefill-only interval" in fit.not_pinned["linear_mfu"]
+
+
+def test_moe_prefill_pins_the_experts_efficiency(tmp_path):
+    """A MoE's prefill time is mostly its routed experts: ``moe_mfu`` is fitted first, and the dense
+    GEMMs' efficiency, whose effect on these steps is nearly the same, is kept and named."""
+    moe = {**TINY_SCENARIO, "model": "qwen3-30b-a3b"}
+    true = {**TRUE, "linear_mfu": _resolved(moe).compute_knobs["linear_mfu"], "moe_mfu": 0.18}
+    text = simulated_log(true, scenario=moe, prefill=[*PREFILL_SHAPES, (8, 512, 0), (16, 2048, 4096)])
+    fit = fit_log(_resolved(moe), parse_server_log(write(tmp_path, text)).intervals, holdout=0.25)
+    assert set(fit.knobs) == {"hbm_efficiency", "decode_us_per_layer", "moe_mfu", "attention_mfu"}
+    for k in fit.knobs:
+        assert fit.knobs[k] == pytest.approx(true[k], rel=0.01), k
+    assert "cannot tell it from moe_mfu" in fit.not_pinned["linear_mfu"]
 
 
 def test_calibrate_writes_a_file_a_scenario_reads(tmp_path):

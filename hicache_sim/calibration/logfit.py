@@ -8,8 +8,9 @@ file's bounds. A prefill line gives totals only, so a batch of ``n`` sequences i
 chunks.
 
 A knob is fitted only if the intervals pin it: its effect on the step times (relative sensitivity
-at the start point) must be non-negligible and not a near copy of a knob already chosen (decode
-steps all of one shape cannot tell HBM efficiency from the per-layer fixed cost). The rest keep
+at the start point) must be non-negligible and not a near copy of a knob already chosen, the most
+influential first (decode steps all of one shape cannot tell HBM efficiency from the per-layer fixed
+cost; a MoE's prefills barely tell the dense GEMMs' efficiency from the experts'). The rest keep
 their value (scenario, else its calibration file, else the preset) and the result says why.
 ``step_overhead_us`` is never fitted: a constant per step, the log cannot tell it from
 ``decode_us_per_layer``.
@@ -96,22 +97,26 @@ def _bounds(name: str) -> tuple[float, float]:
 
 
 def choose_knobs(base: ComputeParams, start: dict[str, float], intervals: list[Interval], kind: str) -> dict:
-    """Knob -> None (pinned) or why not, by relative sensitivity and independence at ``start``."""
+    """Knob -> None (pinned) or why not, by relative sensitivity and independence at ``start``: the
+    knob the step times depend on most is taken first (a MoE's prefill: the experts' efficiency)."""
     import numpy as np
 
     r0 = np.array(_log_residuals(base, start, intervals))
-    columns: list = []
-    verdict: dict[str, str | None] = {}
+    effect = {}
     for name in FIT_KNOBS[kind]:
         v = start[name]
         step = v * 0.05 if v > 0 else 1.0
-        _lo, hi = _bounds(name)
-        up = min(v + step, hi)
+        up = min(v + step, _bounds(name)[1])
         if up == v:
             up = v - step
-        col = (np.array(_log_residuals(base, {**start, name: up}, intervals)) - r0) / ((up - v) / max(v, step))
-        size = float(np.sqrt(np.mean(col**2)))
-        if size < MIN_SENSITIVITY:
+        col = np.array(_log_residuals(base, {**start, name: up}, intervals)) - r0
+        effect[name] = col / ((up - v) / max(v, step))
+    size = {n: float(np.sqrt(np.mean(c**2))) for n, c in effect.items()}
+    columns: list = []
+    verdict: dict[str, str | None] = {}
+    for name in sorted(effect, key=lambda n: -size[n]):
+        col = effect[name]
+        if size[name] < MIN_SENSITIVITY:
             verdict[name] = "the intervals' step times barely depend on it"
             continue
         if columns:
@@ -124,7 +129,7 @@ def choose_knobs(base: ComputeParams, start: dict[str, float], intervals: list[I
                 continue
         columns.append(col)
         verdict[name] = None
-    return verdict
+    return {n: verdict[n] for n in FIT_KNOBS[kind]}
 
 
 def _fit(base: ComputeParams, start: dict[str, float], names: list[str], intervals: list[Interval]) -> dict:
