@@ -268,3 +268,18 @@ def test_full_chunk_prefill_pins_nothing(tmp_path):
     assert len(parse_server_log(write(tmp_path, text)).intervals) == 2
     parsed = parse_server_log(write(tmp_path, text), chunk=8192)
     assert parsed.intervals == [] and "a full chunk" in next(iter(parsed.skipped))
+
+
+def test_real_decode_log_pins_one_step_per_line_pair(tmp_path):
+    """sgl-project/sglang#3909 (0.4.x, 8 requests decoding): ``#token`` grows by 320 = 40 x 8 from line to
+    line, the 40 decode steps of ``--decode-log-interval``; each pair pins one step of 8 requests at
+    ``8 / gen throughput`` seconds at the KV between the two lines."""
+    figures = [(67724, 183.54), (68044, 183.59), (68364, 183.58), (68684, 182.35)]
+    text = "\n".join(
+        f"[2025-02-27 04:37:29 TP0] Decode batch. #running-req: 8, #token: {k}, token usage: 0.13, "
+        f"gen throughput (token/s): {tps}, #queue-req: 0"
+        for k, tps in figures
+    )
+    parsed = parse_server_log(write(tmp_path, text))
+    assert [iv.shape for iv in parsed.intervals] == [(8, 67884.0), (8, 68204.0), (8, 68524.0)]
+    assert [iv.seconds for iv in parsed.intervals] == pytest.approx([8 / 183.59, 8 / 183.58, 8 / 182.35])
