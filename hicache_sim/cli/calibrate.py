@@ -22,7 +22,10 @@ def calibrate_cmd(
         None, "--scenario", metavar="SCENARIO", help="the deployment (model x GPU x TP) a server log comes from"
     ),
     fmt: str = typer.Option(
-        "auto", "--format", metavar="FORMAT", help="auto (by content), replay (measurements) or sglang-log"
+        "auto",
+        "--format",
+        metavar="FORMAT",
+        help="auto (.parquet, .csv, .jsonl: replay measurements; any other file: a server log), replay or sglang-log",
     ),
     out: Path = typer.Option(
         Path("calibration.yaml"),
@@ -33,7 +36,9 @@ def calibrate_cmd(
     holdout: float = typer.Option(0.25, "--holdout", help="share of configurations held out to measure error"),
     seed: int = typer.Option(0, "--seed", help="seed of the held-out draw"),
     report: bool = typer.Option(
-        True, "--report/--no-report", help="also write <out>_errors.md and <out>_holdout.png beside the file"
+        True,
+        "--report/--no-report",
+        help="also write <out>_errors.md and <out>_holdout.png beside the file (measurements)",
     ),
 ) -> None:
     """Fit latency, per-piece cost and bandwidth per direction x io backend x layout, report the median and
@@ -107,8 +112,8 @@ REPLAY_SUFFIXES = (".parquet", ".csv", ".jsonl")
 
 
 def input_format(path: Path, given: str) -> str:
-    """The calibration input's format: ``given``, or for ``auto`` replay measurements by suffix, else
-    a server log when the text holds SGLang scheduler lines."""
+    """The calibration input's format: ``given``, or for ``auto`` replay measurements by suffix, else a
+    server log (whose reader names another server's log or a file without scheduler lines)."""
     if given != "auto":
         if given not in INPUT_FORMATS:
             raise UserError(f"--format {given!r}: expected auto, {', '.join(INPUT_FORMATS)}")
