@@ -553,6 +553,88 @@ def test_server_log_needs_a_scenario(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+GOOD_METRICS = 'sglang:prompt_tokens_total{model_name="m"} 1000.0\nsglang:num_requests_total{model_name="m"} 3.0\n'
+
+
+def _metrics(t: Path, content: bytes | str) -> Path:
+    p = t / "metrics.txt"
+    (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
+    return p
+
+
+DRIFT_CASES = [
+    pytest.param(
+        lambda t: [_metrics(t, 'vllm:num_requests_running{model_name="m"} 0.0\n')],
+        ["metrics.txt:1", "vllm:num_requests_running", "another server (vllm:)"],
+        id="vllm-metrics",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS + 'sglang:cached_tokens_total{model_name="m"')],
+        ["metrics.txt:3", "truncated"],
+        id="metrics-truncated",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS + 'sglang:cached_tokens_total{model_name="m"\n')],
+        ["metrics.txt:3", "not a Prometheus sample line"],
+        id="metrics-line-cut",
+    ),
+    pytest.param(lambda t: [_metrics(t, "")], ["metrics.txt", "empty"], id="metrics-empty"),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS.encode() + b"# HELP x \xff\n")],
+        ["metrics.txt:3", "not UTF-8"],
+        id="metrics-non-utf8",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS.replace("1000.0", "lots"))],
+        ["metrics.txt:1", "sglang:prompt_tokens_total", "'lots' is not a number"],
+        id="metrics-value-not-a-number",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, "# TYPE up gauge\nup 1.0\n")],
+        ["metrics.txt:2", "no sglang:* sample", "--enable-metrics"],
+        id="metrics-no-sglang",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, 'sglang:num_requests_total{model_name="m"} 3.0\n')],
+        ["metrics.txt", "no sglang:prompt_tokens_total"],
+        id="metrics-before-any-request",
+    ),
+    pytest.param(lambda t: [t / "absent.txt"], ["absent.txt", "not found"], id="metrics-missing"),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS), "--sglang-version", "0.3"],
+        ["--sglang-version 0.3", "known: 0.4.10, 0.5.2, 0.5.23"],
+        id="metrics-unknown-version",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS), "--run", t / "nowhere"],
+        ["--run", "nowhere", "not a folder"],
+        id="drift-run-missing",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS), "--run", t],
+        ["--run", "no summary.json"],
+        id="drift-run-not-a-run",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), DRIFT_CASES)
+def test_bad_input_of_drift(tmp_path, make, fragments):
+    sc = write_scenario(tmp_path, TINY)
+    args = make(tmp_path)
+    if "--run" not in args:
+        args += ["--scenario", sc]
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("drift", *args), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_drift_needs_one_source_of_simulated_figures(tmp_path):
+    m = _metrics(tmp_path, GOOD_METRICS)
+    assert_user_error(invoke("drift", m), "--run DIR", "--scenario SCENARIO")
+    assert_user_error(invoke("drift", m, "--run", tmp_path, "--scenario", "x"), "--run DIR", "--scenario SCENARIO")
+
+
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [

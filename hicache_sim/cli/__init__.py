@@ -1,5 +1,5 @@
 """``hicache-sim``: run | sweep | advise | plot | validate | replay | calibrate | validate-model |
-from-sglang | sglang-args | trace.
+from-sglang | sglang-args | drift | trace.
 
 One module per verb; each registers itself on ``app``. Only this layer exits.
 """
@@ -59,6 +59,7 @@ def _root(
 from . import (  # noqa: E402,F401
     advise,
     calibrate,
+    drift,
     plot,
     replay,
     run,
