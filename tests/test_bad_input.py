@@ -553,6 +553,104 @@ def test_server_log_needs_a_scenario(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+# --------------------------------------------------------------------------- benchmark results of calibrate
+
+BENCH_SERVING = {
+    **{k: v for k, v in TINY.items() if k not in ("workload", "mode")},
+    "mode": "timed",
+    "workload": {
+        "kind": "bench_serving",
+        "bench_serving": {"random_input_len": 512, "random_output_len": 8, "num_prompts": 4},
+    },
+}
+BENCH_MULTITURN = {
+    **BENCH_SERVING,
+    "workload": {"kind": "multiturn", "multiturn": {"num_clients": 2, "num_rounds": 2, "request_length": 256}},
+}
+SERVING_LINE = '{"backend": "sglang", "duration": 2.5, "completed": 4, "mean_ttft_ms": 30.1, "mean_tpot_ms": 9.2}'
+MULTITURN_LINE = '{"timestamp": "t", "tag": "", "summary": {"total_requests": 4, "average_ttft": 0.2}}'
+SERVING_TEXT = "=== Serving Benchmark Result ===\nSuccessful requests:  4\nMean TTFT (ms):  30.1\n" + "=" * 50 + "\n"
+
+
+def _bench(t: Path, content: bytes | str, name: str = "bench.jsonl") -> Path:
+    p = t / name
+    (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
+    return p
+
+
+CALIBRATE_BENCH_CASES = [
+    pytest.param(
+        lambda t: [_bench(t, SERVING_LINE + "\n"), "--format", "bench-multiturn"],
+        ["bench.jsonl:1", "summary.average_ttft: missing", "a bench_serving --output-file line"],
+        id="wrong-format",
+    ),
+    pytest.param(
+        lambda t: [_bench(t, MULTITURN_LINE + "\n")],
+        ["bench.jsonl", "a bench-multiturn result", "workload.kind bench_serving"],
+        id="result-of-the-other-benchmark",
+    ),
+    pytest.param(
+        lambda t: [_bench(t, SERVING_LINE + "\n" + SERVING_LINE[:40] + "\n")],
+        ["bench.jsonl:2", "truncated"],
+        id="truncated-jsonl-line",
+    ),
+    pytest.param(lambda t: [_bench(t, ""), "--format", "bench-serving"], ["bench.jsonl", "empty"], id="empty-result"),
+    pytest.param(
+        lambda t: [_bench(t, b"\xff\xfe" + SERVING_LINE.encode()), "--format", "bench-serving"],
+        ["bench.jsonl:1", "not UTF-8"],
+        id="result-non-utf8",
+    ),
+    pytest.param(
+        lambda t: [_bench(t, SERVING_TEXT.replace("Mean TTFT (ms):  30.1\n", ""), "bench.txt")],
+        ["bench.txt:1", "mean_ttft_ms: missing", "truncated"],
+        id="truncated-block",
+    ),
+    pytest.param(
+        lambda t: [_bench(t, SERVING_TEXT.replace("30.1", "n/a"), "bench.txt")],
+        ["bench.txt:3", "mean_ttft_ms", "expected a number, got 'n/a'"],
+        id="block-figure-not-a-number",
+    ),
+    pytest.param(
+        lambda t: [_bench(t, SERVING_LINE.replace('"completed": 4', '"completed": 80') + "\n")],
+        ["bench.jsonl:1", "completed: 80 requests", "sends 4", "num_prompts"],
+        id="request-count-not-the-scenario's",
+    ),
+    pytest.param(
+        lambda t: [_bench(t, SERVING_LINE.replace('"completed": 4', '"completed": "4"') + "\n")],
+        ["bench.jsonl:1", "completed", "expected a number"],
+        id="count-not-a-number",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), CALIBRATE_BENCH_CASES)
+def test_bad_benchmark_result_of_calibrate(tmp_path, make, fragments):
+    sc = write_scenario(tmp_path, BENCH_SERVING)
+    args = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("calibrate", *args, "--scenario", sc, "--out", tmp_path / "c.yaml"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_bad_benchmark_result_needs_its_scenario(tmp_path):
+    """No --scenario; a multi-turn count that is not the scenario's; --check of a server log."""
+    result = _bench(tmp_path, SERVING_LINE + "\n")
+    sc = write_scenario(tmp_path, BENCH_MULTITURN)
+    log = _server_log(tmp_path, SERVER_DECODE + "\n")
+    mt = _bench(tmp_path, MULTITURN_LINE.replace('"total_requests": 4', '"total_requests": 9') + "\n", "mt.jsonl")
+    before = snapshot(tmp_path)
+    out = tmp_path / "c.yaml"
+    assert_user_error(invoke("calibrate", result, "--out", out), "bench.jsonl", "--scenario")
+    assert_user_error(
+        invoke("calibrate", mt, "--scenario", sc, "--out", out),
+        "mt.jsonl:1",
+        "summary.total_requests: 9 requests",
+        "sends 4",
+    )
+    assert_user_error(invoke("calibrate", log, "--scenario", sc, "--check", "--out", out), "--check", "sglang-log")
+    assert snapshot(tmp_path) == before
+
+
 GOOD_METRICS = 'sglang:prompt_tokens_total{model_name="m"} 1000.0\nsglang:num_requests_total{model_name="m"} 3.0\n'
 
 

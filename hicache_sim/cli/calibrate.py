@@ -1,5 +1,7 @@
 """``hicache-sim calibrate``: fit the link model to replay measurements, or the compute knobs to an
-SGLang server log, and report the held-out error."""
+SGLang server log or to the deployment's own benchmark result (bench_serving, bench_multiturn), and
+report the error on what the fit did not use; ``--check`` compares a benchmark result with the
+simulation without fitting."""
 
 from __future__ import annotations
 
@@ -16,16 +18,22 @@ def calibrate_cmd(
     measurements: Path = typer.Argument(
         ...,
         metavar="MEASUREMENTS",
-        help="measurements from `hicache-sim replay` (.parquet, .csv, .jsonl), or an SGLang server log",
+        help="measurements from `hicache-sim replay` (.parquet, .csv, .jsonl), an SGLang server log, or a "
+        "bench_serving / bench_multiturn result (its JSONL, or its printed result saved to a file)",
     ),
     scenario: str = typer.Option(
-        None, "--scenario", metavar="SCENARIO", help="the deployment (model x GPU x TP) a server log comes from"
+        None,
+        "--scenario",
+        metavar="SCENARIO",
+        help="the deployment (model x GPU x TP) a server log comes from; for a benchmark result, the scenario "
+        "that reproduces that benchmark",
     ),
     fmt: str = typer.Option(
         "auto",
         "--format",
         metavar="FORMAT",
-        help="auto (.parquet, .csv, .jsonl: replay measurements; any other file: a server log), replay or sglang-log",
+        help="auto (a bench_serving or bench_multiturn result by its content; else .parquet, .csv, .jsonl: replay "
+        "measurements; any other file: a server log), replay, sglang-log, bench-serving or bench-multiturn",
     ),
     out: Path = typer.Option(
         Path("calibration.yaml"),
@@ -38,14 +46,27 @@ def calibrate_cmd(
     report: bool = typer.Option(
         True,
         "--report/--no-report",
-        help="also write <out>_errors.md and <out>_holdout.png beside the file (measurements)",
+        help="also write <out>_errors.md and <out>_holdout.png beside the file (measurements), or <out>_bench.md "
+        "and <out>_bench.json (a benchmark result)",
+    ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="benchmark result: only compare it with the scenario's simulation (no fit, no calibration file)",
     ),
 ) -> None:
     """Fit latency, per-piece cost and bandwidth per direction x io backend x layout, report the median and
     p90 absolute percentage error on held-out configurations, and write the calibration file. Given an
-    SGLang server log and --scenario, fit the compute knobs the log pins instead."""
+    SGLang server log and --scenario, fit the compute knobs the log pins instead; given a benchmark result
+    and the scenario that reproduces it, fit one prefill and one decode lever by re-running the scenario
+    (or, with --check, only compare)."""
     with user_errors(str(measurements)):
         fmt = input_format(measurements, fmt)
+        if check and fmt not in BENCH_FORMATS:
+            raise UserError(f"--check: compares a benchmark result; {measurements} reads as {fmt}")
+    if fmt in BENCH_FORMATS:
+        calibrate_from_bench(measurements, fmt, scenario, out, check=check, report=report)
+        return
     if fmt == "sglang-log":
         calibrate_from_log(measurements, scenario, out, holdout, seed)
         return
@@ -107,18 +128,30 @@ def calibrate_cmd(
 
 
 #: --format -> how to recognise it from the file alone (auto); the first that matches wins.
-INPUT_FORMATS = ("replay", "sglang-log")
+BENCH_FORMATS = ("bench-serving", "bench-multiturn")
+INPUT_FORMATS = ("replay", "sglang-log", *BENCH_FORMATS)
 REPLAY_SUFFIXES = (".parquet", ".csv", ".jsonl")
+BINARY_SUFFIXES = (".parquet", ".csv")
 
 
 def input_format(path: Path, given: str) -> str:
-    """The calibration input's format: ``given``, or for ``auto`` replay measurements by suffix, else a
-    server log (whose reader names another server's log or a file without scheduler lines)."""
+    """The calibration input's format: ``given``, or for ``auto`` a benchmark result by its first
+    characters (bench_serving's or bench_multiturn's keys or printed headings), else replay
+    measurements by suffix, else a server log (whose reader names another server's log or a file
+    without scheduler lines)."""
     if given != "auto":
         if given not in INPUT_FORMATS:
             raise UserError(f"--format {given!r}: expected auto, {', '.join(INPUT_FORMATS)}")
         return given
-    if path.suffix.lower() in REPLAY_SUFFIXES or not path.is_file():
+    if not path.is_file():
+        return "replay"
+    if path.suffix.lower() not in BINARY_SUFFIXES:
+        from ..calibration.benchresult import read_head, sniff
+
+        bench = sniff(read_head(path))
+        if bench is not None:
+            return bench
+    if path.suffix.lower() in REPLAY_SUFFIXES:
         return "replay"
     return "sglang-log"
 
@@ -181,3 +214,170 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
         if k in given or (k in ("linear_mfu", "attention_mfu") and r.scenario.hardware.mfu is not None):
             typer.echo(f"warning: {scenario} sets {k} itself; it keeps its own value over this file", err=True)
     typer.echo(f"wrote {out}")
+
+
+#: Benchmark -> the scenario's workload.kind that reproduces it, and the field that sets its request count.
+BENCH_KIND = {
+    "bench-serving": ("bench_serving", "workload.bench_serving.num_prompts"),
+    "bench-multiturn": ("multiturn", "workload.multiturn.num_clients x num_rounds"),
+}
+REPORT_KIND = "hicache-sim-bench-report"
+REPORT_HEAD = "# hicache-sim benchmark check"
+
+
+def _is_bench_report(path: Path) -> bool:
+    """Whether ``path`` is a benchmark report hicache-sim wrote (its first line or ``kind`` says so)."""
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if path.suffix == ".md":
+        return text.startswith(REPORT_HEAD)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("kind") == REPORT_KIND
+
+
+def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out: Path, *, check: bool, report: bool):
+    """Compare a benchmark result with the scenario that reproduces it and, unless ``check``, fit the
+    levers it pins and write the calibration file (the scenario's own calibration file's other
+    entries carried over); the report beside it."""
+    import json
+
+    from ..calibration.benchfit import UNITS, check_bench, fit_bench, not_simulated, report_markdown, table_lines
+    from ..calibration.benchresult import read_bench_result
+    from ..calibration.file import Calibration, is_calibration_file
+    from ..output.write import atomic_write, check_file_target
+    from ..scenario import load_scenario, resolve, resolve_builtin
+    from ..workloads.build import build_workload
+
+    with user_errors(str(result_path)):
+        if scenario is None:
+            raise UserError(f"{result_path}: a benchmark result needs --scenario (the scenario that reproduces it)")
+        if out.is_dir():
+            raise UserError(f"--out {out}: is a folder; give a file name such as {out / 'calibration.yaml'}")
+        if not check:
+            check_file_target(out, is_calibration_file)
+        stem = out.with_suffix("")
+        reports = [Path(f"{stem}_bench.md"), Path(f"{stem}_bench.json")] if report else []
+        for path in reports:
+            check_file_target(path, _is_bench_report)
+        result = read_bench_result(result_path, fmt)
+    with user_errors(scenario):
+        sc = load_scenario(scenario, ["mode=timed"])
+        r = resolve(sc)
+        wl = build_workload(sc, r.cache.page_size, resolve_builtin(scenario, "scenarios").parent)
+    kind, count_from = BENCH_KIND[fmt]
+    with user_errors(str(result_path)):
+        if sc.workload.kind != kind:
+            raise UserError(
+                f"{result_path}: a {fmt} result, but {scenario} has workload.kind {sc.workload.kind}; expected {kind}"
+            )
+        sent = len(wl.requests) - wl.warmup_requests
+        if result.requests is not None and result.requests != sent:
+            raise UserError(
+                f"{result_path}:{result.line}: {result.count_field}: {result.requests} requests, but {scenario} "
+                f"sends {sent} ({count_from}); give the scenario of that run"
+            )
+    where = f"{result_path}" + (
+        f" (line {result.line}, the last of {result.runs_in_file} runs)" if result.runs_in_file > 1 else ""
+    )
+    typer.echo(f"{where}: {fmt}, {len(result.figures)} figures, {len(result.rounds)} rounds; units {UNITS[fmt]}")
+    meta = [
+        f"result: {result_path.name} ({fmt}, line {result.line})",
+        f"scenario: {scenario} ({r.model.name} on {r.gpu.name}, tp {sc.hardware.tp})",
+        f"units: {UNITS[fmt]}",
+    ]
+    fit = None
+    if check:
+        before = check_bench(r, wl, result)
+        for line in table_lines(before):
+            typer.echo(line)
+    else:
+        fit = fit_bench(r, wl, result)
+        before = fit.before
+        for line in table_lines(before, fit.after):
+            typer.echo(line)
+    missing = not_simulated(before)
+    if missing:
+        typer.echo(f"not simulated (no per-token times): {', '.join(missing)}")
+    unused = _unused_error(fit) if fit is not None else None
+    if fit is not None:
+        for group, name in fit.levers.items():
+            typer.echo(f"{group}: {name} x {fit.factors[group]:.4f} on {fit.targets[group]} ({fit.runs} runs)")
+        for k, v in fit.knobs.items():
+            typer.echo(f"  {k:26s} {fit.start[k]:10.4g} -> {v:10.4g}")
+        for name in fit.at_bound:
+            typer.echo(f"warning: {name} stopped at its bound; the target is out of the model's reach", err=True)
+        for key, e in fit.target_error_pct.items():
+            typer.echo(f"fitted {key}: error {e:+.3f} %")
+        if unused:
+            typer.echo(f"figures not fitted: median |error| {unused[0]:.1f} % over {unused[1]}, worst {unused[2]}")
+        for k, why in fit.not_pinned.items():
+            typer.echo(f"not pinned: {k}: {why}")
+    written = []
+    if not check and fit is not None:
+        base = r.calibration
+        targets = ", ".join(f"{fit.levers[g]} on {fit.targets[g]}" for g in fit.levers) or "nothing"
+        cal = Calibration(
+            device=f"{r.gpu.name} {r.model.name} tp{sc.hardware.tp}",
+            source=(
+                f"hicache-sim calibrate {result_path.name} --scenario {Path(scenario).name}: {fmt} line {result.line}; "
+                f"fitted {targets}" + (f"; figures not fitted: median |error| {unused[0]:.1f} %" if unused else "")
+            ),
+            groups=dict(base.groups) if base else {},
+            errors=dict(base.errors) if base else {},
+            compute={**(base.compute if base else {}), **{k: round(v, 6) for k, v in fit.knobs.items()}},
+        )
+        written.append(atomic_write(out, cal.save))
+        given = sc.hardware.model_fields_set
+        for k in fit.knobs:
+            if k in given or (k in ("linear_mfu", "attention_mfu") and sc.hardware.mfu is not None):
+                typer.echo(f"warning: {scenario} sets {k} itself; it keeps its own value over this file", err=True)
+    if reports:
+        md = report_markdown(f"{REPORT_HEAD[2:]}: {result_path.name}", meta, before, fit)
+        data = {"kind": REPORT_KIND, "version": 1, "result": str(result_path), "format": fmt, "line": result.line}
+        data.update({"scenario": scenario, "before": before})
+        if fit is not None:
+            data["fit"] = {
+                "levers": fit.levers,
+                "targets": fit.targets,
+                "factors": fit.factors,
+                "knobs": fit.knobs,
+                "start": {k: fit.start[k] for k in fit.knobs},
+                "target_error_pct": fit.target_error_pct,
+                "at_bound": fit.at_bound,
+                "not_pinned": fit.not_pinned,
+                "runs": fit.runs,
+                "after": fit.after,
+            }
+        written.append(atomic_write(reports[0], lambda p: p.write_text(md, encoding="utf-8")))
+        written.append(
+            atomic_write(reports[1], lambda p: p.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8"))
+        )
+    for path in written:
+        typer.echo(f"wrote {path}")
+
+
+#: Figures that count what was sent, not how fast: left out of the error on figures not fitted.
+COUNTS = ("completed", "total_input_tokens", "total_output_tokens", "total_requests")
+
+
+def _unused_error(fit) -> tuple[float, int, str] | None:
+    """(median |error| %, how many, the worst as text) over the figures the fit did not target."""
+    rows = [
+        row
+        for row in fit.after
+        if row["error_pct"] is not None and row["figure"] not in fit.targets.values() and row["figure"] not in COUNTS
+    ]
+    if not rows:
+        return None
+    errs = sorted(abs(row["error_pct"]) for row in rows)
+    mid = len(errs) // 2
+    median = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+    worst = max(rows, key=lambda row: abs(row["error_pct"]))
+    return median, len(rows), f"{worst['figure']} {worst['error_pct']:+.1f} %"
