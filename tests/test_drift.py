@@ -6,6 +6,7 @@ excerpt from a public SGLang pull request parses and its version is recognised f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -147,3 +148,25 @@ def test_cli_against_a_run_folder(tmp_path, sim):
     assert doc["sglang_version"] == "0.5.2"
     assert all(row["drift"] in (0.0, None) for row in doc["rows"])
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_a_run_with_a_store_compares_every_tier(tmp_path):
+    """With a storage tier every figure has a non-zero simulated value, and its own snapshot has no drift."""
+    data = {**TINY_SCENARIO, "cache": {**TINY_SCENARIO["cache"], "storage_backend": "file"}}
+    data["workload"] = {**data["workload"], "trace": {**data["workload"]["trace"], "limit": 300}}
+    figs = SimFigures.from_output("store", simulate(build_scenario(data, "store")))
+    assert min(figs.cached["storage"], figs.storage_backup_tokens, figs.prefetched_tokens, figs.load_back_tokens) > 0
+    rep = compare(parse_snapshot(_write(tmp_path, expose(figs))), figs)
+    assert [r.drift for r in rep.rows] == [0.0] * len(FIGURES)
+
+
+def test_prefetched_tokens_mean_what_each_version_counts():
+    """0.5.2 counts a prefetch's tokens new to the host tree; 0.5.23 every token it read."""
+    f = dataclasses.replace(
+        SimFigures("x", 1, 10, {"device": 0, "host": 0, "storage": 0}, 1, 10, 10, 0, 0, 0, 0, 0, 0),
+        prefetched_tokens=10,
+        prefetch_inserted_tokens=4,
+    )
+    fig = next(f for f in FIGURES if f.metric == "sglang:prefetched_tokens_total")
+    assert (fig.simulated(f, "0.5.2"), fig.simulated(f, "0.5.23")) == (4.0, 10.0)
+    assert "sglang:prefetched_tokens_total{" in expose(f, "0.5.2") and "} 4.0\n" in expose(f, "0.5.2")

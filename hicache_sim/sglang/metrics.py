@@ -210,6 +210,7 @@ class SimFigures:
     load_back_tokens: int  # host -> device
     storage_backup_tokens: int  # host -> storage
     prefetched_tokens: int  # storage -> host
+    prefetch_inserted_tokens: int  # of those, new to the host tree
 
     @classmethod
     def from_parts(cls, source: str, columns: Any, summary: dict) -> SimFigures:
@@ -237,6 +238,7 @@ class SimFigures:
             load_back_tokens=int(c["load_back_pages"]) * page,
             storage_backup_tokens=int(c["storage_backup_pages"]) * page,
             prefetched_tokens=int(c["prefetch_pages"]) * page,
+            prefetch_inserted_tokens=int(c["prefetch_inserted_pages"]) * page,
         )
 
     @classmethod
@@ -275,7 +277,8 @@ class Figure:
     tokenizer counts each request once: every series summed), ``rank`` (each TP and PP rank counts the
     same tokens: the lowest TP and PP rank, DP ranks summed) or ``one`` (a per-rank setting: the lowest
     rank); ``kind``: ``count`` (relative drift), ``share`` (of the prompt tokens: drift in points) or
-    ``size``; ``sim``: the simulated value."""
+    ``size``; ``sim``: the simulated value (``sim_in``: another for some versions, where the metric
+    counted something else)."""
 
     key: str
     metric: str
@@ -283,6 +286,11 @@ class Figure:
     kind: str = "count"
     ranks: str = "requests"
     select: tuple[tuple[str, str], ...] = ()
+    sim_in: tuple[tuple[str, Callable[[SimFigures], float]], ...] = ()
+
+    def simulated(self, f: SimFigures, version: str | None) -> float:
+        """The simulated value this figure compares with, for a snapshot of sglang ``version``."""
+        return float(dict(self.sim_in).get(version, self.sim)(f))
 
 
 def _tier(t: str) -> Callable[[SimFigures], float]:
@@ -318,8 +326,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "host->storage backup tokens", "sglang:backuped_tokens_total", lambda f: f.storage_backup_tokens, ranks="rank"
     ),
+    # 0.5.2 counts a completed prefetch's tokens less those the host tree already held; 0.5.23 all of them.
     Figure(
-        "storage->host prefetch tokens", "sglang:prefetched_tokens_total", lambda f: f.prefetched_tokens, ranks="rank"
+        "storage->host prefetch tokens",
+        "sglang:prefetched_tokens_total",
+        lambda f: f.prefetched_tokens,
+        ranks="rank",
+        sim_in=(("0.5.2", lambda f: f.prefetch_inserted_tokens),),
     ),
 )
 
@@ -401,7 +414,7 @@ def _version(snap: Snapshot, given: str | None) -> tuple[str | None, str]:
         return given, f"sglang {given} (as given)"
     fits, missing = matching_versions(snap)
     if len(fits) == 1:
-        return fits[0], f"sglang {fits[0]} (the only catalogued release whose metric names all appear to fit)"
+        return fits[0], f"sglang {fits[0]} (the only catalogued release that has every metric name it shows)"
     if fits:
         return fits[-1], f"fits sglang {', '.join(fits)}; read as {fits[-1]} (give --sglang-version to say)"
     near = min(VERSIONS, key=lambda v: (missing[v], -VERSIONS.index(v)))
@@ -426,7 +439,7 @@ def compare(snap: Snapshot, sim: SimFigures, version: str | None = None) -> Repo
     if len(models) > 1:
         notes.append(f"several model_name values ({', '.join(sorted(models))}): their counts are summed")
     for fig in FIGURES:
-        sim_value = float(fig.sim(sim))
+        sim_value = fig.simulated(sim, v)
         if fig.kind == "share":
             sim_value = sim_value / sim.prompt_tokens if sim.prompt_tokens else 0.0
         if v is not None and not exported(fig, v):
@@ -487,7 +500,7 @@ def expose(sim: SimFigures, version: str = "0.5.23", *, model: str = "model") ->
         per_tier = version in LABELLED[(_CACHED, "cache_source")]
         if not exported(fig, version) or (fig.key == "cached share, all tiers" and per_tier):
             continue
-        value = float(fig.sim(sim))
+        value = fig.simulated(sim, version)
         labels = {"model_name": model, **dict(fig.select)}
         if fig.ranks != "requests":
             labels = {**dict(fig.select), "tp_rank": "0", "pp_rank": "0", "dp_rank": "0"}
