@@ -261,6 +261,14 @@ class HardwareSpec(_Strict):
         "or 8 NVLink GPUs, NCCL above, MiB (SGLang's _MAX_CAR_SIZE, 8 MiB on CUDA); 0: never "
         "(--disable-custom-all-reduce)",
     )
+    attention_backend: str | None = Field(
+        None,
+        min_length=1,
+        description="SGLang --attention-backend the deployment runs (null: SGLang's choice for the model "
+        "and GPU). Recorded, and written back by sglang-args; it changes no step time: attention runs at "
+        "attention_mfu whatever the kernel (no published measurement gives one factor per backend: fit "
+        "attention_mfu with hicache-sim calibrate SERVER_LOG)",
+    )
     step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
     decode_us_per_layer: float = Field(
         47.0,

@@ -7,7 +7,9 @@ Defaults, from sglang 0.5.23 (``sglang/srt/arg_groups/fields/*.py`` and the reso
 ``--page-size`` 1 (64 with the flashmla backend, 64 unless 32 or 64 with trtllm_mla / cutedsl_mla),
 ``--chunked-prefill-size`` and ``--max-running-requests`` unset (the scenario's ``auto``, which
 resolves them as SGLang does: see :mod:`hicache_sim.hardware.memory`), ``--max-prefill-tokens`` 16384,
-``--schedule-policy`` fcfs, ``--radix-eviction-policy`` lru, HiCache off unless
+``--schedule-policy`` fcfs, ``--radix-eviction-policy`` lru, ``--attention-backend`` unset (SGLang picks one
+for the model and GPU; a backend given is recorded as ``hardware.attention_backend``, its speed not
+modelled), HiCache off unless
 ``--enable-hierarchical-cache``, then ``--hicache-ratio`` 2 (1.2 in buffer_only mode; ``--hicache-size``
 in GB overrides it; with neither, the ratio shrinks to fit ``--hicache-host-memory-fraction`` 0.8 of the
 host's memory when the scenario gives ``hardware.host_memory_gib``), write_through, kernel io,
@@ -236,10 +238,54 @@ def _kv_dtype_write(ctx: WriteContext) -> list[str]:
 _BACKEND_PAGES = {"flashmla": ((64,), 64), "trtllm_mla": ((32, 64), 64), "cutedsl_mla": ((32, 64), 64)}
 
 
+# sglang 0.5.23's --attention-backend choices (``sglang/srt/arg_groups/choices.py``), and the deprecated
+# names it renames (``_handle_deprecated_args``).
+ATTENTION_BACKENDS = (
+    *("triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed"),
+    *("fa3", "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla"),
+    *("tokenspeed_mla", "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer"),
+    *("aiter", "wave", "intel_amx", "ascend", "intel_xpu"),
+)
+_BACKEND_ALIASES = {"compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
+_BACKEND_FLAG = "--attention-backend"
+
+
+def _backend(ctx: ReadContext) -> str | None:
+    """The attention backend the command names, by the name SGLang runs it under (None: SGLang picks)."""
+    raw = ctx.args.get(_BACKEND_FLAG)
+    return _BACKEND_ALIASES.get(raw, raw)
+
+
+def _backend_read(ctx: ReadContext) -> dict[str, Any]:
+    """``--attention-backend``: recorded as ``hardware.attention_backend``. No backend changes a step's
+    time in the compute model (attention runs at ``hardware.attention_mfu`` whatever the kernel): the
+    note says so, and that a server log of the deployment fits it (``hicache-sim calibrate``)."""
+    raw = ctx.args.get(_BACKEND_FLAG)
+    if raw is None:
+        return {}
+    name = _backend(ctx)
+    if raw not in ATTENTION_BACKENDS:
+        ctx.notes.append(f"{_BACKEND_FLAG} {raw}: not one of sglang 0.5.23's choices (a platform plugin's?)")
+    elif name != raw:
+        ctx.notes.append(f"{_BACKEND_FLAG} {raw}: deprecated; SGLang runs it as {name}")
+    pages = " (its page size is: --page-size)" if name in _BACKEND_PAGES else ""
+    ctx.notes.append(
+        f"{_BACKEND_FLAG} {name}: recorded as hardware.attention_backend, its speed not modelled{pages}: "
+        "attention is timed at hardware.attention_mfu for every backend; fit it to this deployment "
+        "with hicache-sim calibrate SERVER_LOG --scenario S"
+    )
+    return {"hardware.attention_backend": name}
+
+
+def _backend_write(ctx: WriteContext) -> list[str]:
+    name = ctx.sc.hardware.attention_backend
+    return [] if name is None else [_BACKEND_FLAG, name]
+
+
 def _page_read(ctx: ReadContext) -> dict[str, Any]:
     raw = ctx.args.get("--page-size")
     page = 1 if raw is None else _int("--page-size", raw)
-    backend = ctx.args.get("--attention-backend")
+    backend = _backend(ctx)
     if backend in _BACKEND_PAGES:
         keep, forced = _BACKEND_PAGES[backend]
         if page not in keep:
@@ -482,7 +528,8 @@ ROWS: tuple[Row, ...] = (
         field_row("--cuda-graph-backend-prefill", "scheduler.cuda_graph_backend_prefill", str, default=AUTO).write,
     ),
     field_row("--max-total-tokens", "cache.device_tokens", _human_int, default=None),
-    Row(("--page-size", "--attention-backend"), _page_read, _page_write),
+    Row(("--page-size",), _page_read, _page_write),
+    Row((_BACKEND_FLAG,), _backend_read, _backend_write),
     field_row("--chunked-prefill-size", "scheduler.chunked_prefill_size", _chunk_parse, default=AUTO, show=_chunk_show),
     field_row("--max-prefill-tokens", "scheduler.max_prefill_tokens", _human_int, default=16384),
     field_row("--max-running-requests", "scheduler.max_running_requests", _positive, default=AUTO),

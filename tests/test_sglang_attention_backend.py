@@ -1,0 +1,86 @@
+"""``--attention-backend``: from-sglang records it as ``hardware.attention_backend`` and says its speed is
+not modelled (attention is timed at ``hardware.attention_mfu`` for every backend: no published
+measurement gives one factor per backend, so the deployment's own server log fits it through
+``calibrate``); sglang-args writes it back; the MLA backends that fix the page size still do."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from hicache_sim.scenario import load_scenario, resolve
+from hicache_sim.sglang import from_command, to_command
+from hicache_sim.sglang.flags import known_flags, parse_command
+from hicache_sim.sglang.table import ATTENTION_BACKENDS
+from hicache_sim.sim.compute import ComputeModel
+
+LLAMA = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_the_backend_is_recorded_noted_as_not_modelled_and_written_back():
+    conv = from_command(f"{LLAMA} --attention-backend triton")
+    assert conv.data["hardware"]["attention_backend"] == "triton"
+    assert conv.scenario.hardware.attention_backend == "triton"
+    assert "--attention-backend" not in conv.unmodelled  # read, and its note says what is not modelled
+    (note,) = [n for n in conv.notes if n.startswith("--attention-backend triton")]
+    assert "its speed not modelled" in note and "hardware.attention_mfu" in note and "calibrate" in note
+    tokens, _ = to_command(conv.scenario)
+    assert parse_command(tokens).args["--attention-backend"] == "triton"
+    assert to_command(from_command(tokens).scenario)[0] == tokens
+
+
+def test_no_backend_given_leaves_sglangs_choice():
+    conv = from_command(LLAMA)
+    assert "attention_backend" not in conv.data["hardware"]
+    assert conv.scenario.hardware.attention_backend is None
+    assert "--attention-backend" not in to_command(conv.scenario)[0]
+    assert not any("attention" in n for n in conv.notes)
+
+
+def test_per_phase_backends_are_listed_as_not_modelled():
+    conv = from_command(f"{LLAMA} --prefill-attention-backend fa3 --decode-attention-backend flashinfer")
+    assert conv.unmodelled == ["--prefill-attention-backend", "--decode-attention-backend"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "backend", "page", "says"),
+    [
+        ("--attention-backend flashmla", "flashmla", 64, "SGLang sets the page size to 64"),
+        ("--attention-backend trtllm_mla --page-size 32", "trtllm_mla", 32, None),
+        ("--attention-backend tokenspeed_mla", "cutedsl_mla", 64, "deprecated; SGLang runs it as cutedsl_mla"),
+        ("--attention-backend compressed", "dsv4", 1, "deprecated; SGLang runs it as dsv4"),
+        ("--attention-backend my_plugin", "my_plugin", 1, "not one of sglang 0.5.23's choices"),
+    ],
+)
+def test_backends_that_fix_the_page_size_and_renamed_ones(flags, backend, page, says):
+    conv = from_command(f"{LLAMA} {flags}")
+    assert conv.data["hardware"]["attention_backend"] == backend
+    assert conv.data["cache"]["page_size"] == page
+    if says:
+        assert any(says in n for n in conv.notes), conv.notes
+
+
+def test_the_backend_changes_no_step_time():
+    """The decision this pins: the compute model has no per-backend factor (a calibration fits
+    ``attention_mfu`` instead); a recorded backend leaves prefill and decode times as they were."""
+    plain = resolve(load_scenario("builtin:default"))
+    triton = resolve(load_scenario("builtin:default", ["hardware.attention_backend=triton"]))
+    a, b = ComputeModel.from_resolved(plain), ComputeModel.from_resolved(triton)
+    assert a.prefill_time([(4096, 8192)]) == b.prefill_time([(4096, 8192)])
+    assert a.decode_time(64, 64 * 4096) == b.decode_time(64, 64 * 4096)
+
+
+def test_a_scenario_backend_is_printed_by_sglang_args():
+    sc = load_scenario("builtin:default", ["hardware.attention_backend=fa3"])
+    tokens, _ = to_command(sc)
+    assert "--attention-backend fa3" in shlex.join(tokens)
+
+
+def test_the_choices_are_sglangs():
+    """Read by hand from sglang 0.5.23's ``ATTENTION_BACKEND_CHOICES``: 25 names, deprecated aliases included."""
+    assert len(ATTENTION_BACKENDS) == len(set(ATTENTION_BACKENDS)) == 25
+    assert {"triton", "fa3", "fa4", "flashinfer", "flashmla", "trtllm_mla", "aiter", "ascend"} <= set(
+        ATTENTION_BACKENDS
+    )
+    assert "--attention-backend" in known_flags()[0]
