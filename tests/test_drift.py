@@ -170,3 +170,20 @@ def test_prefetched_tokens_mean_what_each_version_counts():
     fig = next(f for f in FIGURES if f.metric == "sglang:prefetched_tokens_total")
     assert (fig.simulated(f, "0.5.2"), fig.simulated(f, "0.5.23")) == (4.0, 10.0)
     assert "sglang:prefetched_tokens_total{" in expose(f, "0.5.2") and "} 4.0\n" in expose(f, "0.5.2")
+
+
+def test_the_readme_transcript_is_what_drift_prints(tmp_path):
+    """The README's drift session: results/default's own figures with the two changes it names."""
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ hicache-sim drift metrics.txt --run results/default\n", 1)[1].split("```", 1)[0]
+    shown = [ln for ln in block.splitlines() if ln and ln != "..."]
+    figs = SimFigures.from_run_dir(root / "results" / "default")
+    text = expose(figs).replace('cache_source="device"} 20233216.0', 'cache_source="device"} 18703119.0')
+    text = text.replace("} 124380672.0\n", "} 131017330.0\n")
+    r = invoke("drift", _write(tmp_path, text), "--run", root / "results" / "default")
+    assert r.exit_code == 0, r.output
+    printed = [ln.replace(str(tmp_path / "metrics.txt"), "metrics.txt") for ln in r.output.splitlines()]
+    printed = [ln.replace(str(root / "results" / "default"), "results/default") for ln in printed]
+    assert all(ln in printed for ln in shown), (shown, printed)
+    assert [ln for ln in printed if ln in shown] == shown  # in the README's order
