@@ -649,6 +649,15 @@ def test_bad_benchmark_result_needs_its_scenario(tmp_path):
     )
     assert_user_error(invoke("calibrate", log, "--scenario", sc, "--check", "--out", out), "--check", "sglang-log")
     assert snapshot(tmp_path) == before
+    serving = write_scenario(tmp_path, BENCH_SERVING)
+    for foreign in (out, tmp_path / "c_bench.md"):  # a file hicache-sim did not write is never replaced
+        foreign.write_text("mine\n")
+        before = snapshot(tmp_path)
+        assert_user_error(
+            invoke("calibrate", result, "--scenario", serving, "--out", out), str(foreign.name), "did not write it"
+        )
+        assert snapshot(tmp_path) == before
+        foreign.unlink()
 
 
 GOOD_METRICS = 'sglang:prompt_tokens_total{model_name="m"} 1000.0\nsglang:num_requests_total{model_name="m"} 3.0\n'

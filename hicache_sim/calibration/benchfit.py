@@ -6,12 +6,13 @@ ITL, or latency) over requests whose batches, queues and caches overlap. So the 
 *levers*, each by one factor, and finds them by re-running the scenario (Newton steps on the log of
 the figures, finite-difference Jacobian, a few runs each, bounded):
 
-- prefill (target: mean TTFT): either one scale on the prefill efficiencies (``linear_mfu``,
-  ``attention_mfu`` and, for a MoE, ``moe_mfu`` together: their ratio stays as it was) or the host
-  floor of a prefill forward (``prefill_eager_us_per_layer`` / ``prefill_graph_us_per_layer``,
-  whichever the scenario's prefill graph backend uses), whichever the figure depends on most;
-- decode (target: mean TPOT, else mean ITL, else mean latency, else throughput): ``hbm_efficiency``
-  or ``decode_us_per_layer``, whichever the figure depends on most.
+- prefill (target: mean TTFT, else median TTFT): either one scale on the prefill efficiencies
+  (``linear_mfu``, ``attention_mfu`` and, for a MoE, ``moe_mfu`` together: their ratio stays as it
+  was) or the host floor of a prefill forward (``prefill_eager_us_per_layer`` /
+  ``prefill_graph_us_per_layer``, whichever the scenario's prefill graph backend uses), whichever the
+  figure depends on most;
+- decode (target: mean TPOT, else median TPOT, mean ITL, latency, output throughput, duration):
+  ``hbm_efficiency`` or ``decode_us_per_layer``, whichever the figure depends on most.
 
 A lever the target barely moves (less than ``MIN_SENSITIVITY`` in d log figure / d log lever: short
 prompts under the host floor, answers of one token) is not fitted and the result says why. What one
@@ -47,10 +48,24 @@ NEVER_PINNED = {
     "allreduce_curve_exponent": "folded into the step times; needs a collective benchmark",
 }
 
-#: Per benchmark: (the prefill target, the decode targets in order of preference).
+#: Per benchmark and lever group: the target figures in order of preference (the first the result has).
 TARGETS = {
-    SERVING: ("mean_ttft_ms", ("mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms", "output_throughput")),
-    MULTITURN: ("average_ttft", ("average_itl", "average_latency", "throughput")),
+    SERVING: {
+        "prefill": ("mean_ttft_ms", "median_ttft_ms"),
+        "decode": (
+            "mean_tpot_ms",
+            "median_tpot_ms",
+            "mean_itl_ms",
+            "mean_e2e_latency_ms",
+            "median_e2e_latency_ms",
+            "output_throughput",
+            "duration",
+        ),
+    },
+    MULTITURN: {
+        "prefill": ("average_ttft", "median_ttft"),
+        "decode": ("average_itl", "average_latency", "median_latency", "throughput"),
+    },
 }
 #: Figures that fall as the deployment gets faster (the rest, times, rise).
 RATES = {
@@ -288,8 +303,9 @@ class BenchFit:
     after: list[dict] = field(default_factory=list)
 
 
-def _decode_target(result: BenchResult) -> str | None:
-    for key in TARGETS[result.kind][1]:
+def _target(result: BenchResult, group: str) -> str | None:
+    """The first of the group's target figures the result holds."""
+    for key in TARGETS[result.kind][group]:
         if measured_value(result, key) is not None:
             return key
     return None
@@ -302,7 +318,7 @@ def fit_bench(r: Resolved, workload, result: BenchResult, progress: Callable[[st
     run = Runner(r, workload, result.kind)
     start = {k: float(r.compute_knobs[k]) for k in COMPUTE_FIELDS}
     cands = levers(r, start)
-    targets = {"prefill": TARGETS[result.kind][0], "decode": _decode_target(result)}
+    targets = {group: _target(result, group) for group in ("prefill", "decode")}
     not_pinned = dict(NEVER_PINNED)
     base = run({})
     fit = BenchFit(knobs={}, start=start, levers={}, targets={}, factors={}, not_pinned=not_pinned, before=[])
@@ -320,7 +336,7 @@ def fit_bench(r: Resolved, workload, result: BenchResult, progress: Callable[[st
         r0 = log_ratio(base, key) if key else None
         names = [k for lv in cands[group] for k in lv.knobs]
         if r0 is None:
-            why = f"the result has no {' / '.join(TARGETS[result.kind][1]) if group == 'decode' else key}"
+            why = f"the result has none of {', '.join(TARGETS[result.kind][group])}"
             not_pinned.update({k: why for k in names})
             continue
         sens = {}

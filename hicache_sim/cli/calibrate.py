@@ -131,7 +131,6 @@ def calibrate_cmd(
 BENCH_FORMATS = ("bench-serving", "bench-multiturn")
 INPUT_FORMATS = ("replay", "sglang-log", *BENCH_FORMATS)
 REPLAY_SUFFIXES = (".parquet", ".csv", ".jsonl")
-BINARY_SUFFIXES = (".parquet", ".csv")
 
 
 def input_format(path: Path, given: str) -> str:
@@ -145,12 +144,11 @@ def input_format(path: Path, given: str) -> str:
         return given
     if not path.is_file():
         return "replay"
-    if path.suffix.lower() not in BINARY_SUFFIXES:
-        from ..calibration.benchresult import read_head, sniff
+    from ..calibration.benchresult import read_head, sniff
 
-        bench = sniff(read_head(path))
-        if bench is not None:
-            return bench
+    bench = sniff(read_head(path))
+    if bench is not None:
+        return bench
     if path.suffix.lower() in REPLAY_SUFFIXES:
         return "replay"
     return "sglang-log"
@@ -308,9 +306,10 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
     unused = _unused_error(fit) if fit is not None else None
     if fit is not None:
         for group, name in fit.levers.items():
-            typer.echo(f"{group}: {name} x {fit.factors[group]:.4f} on {fit.targets[group]} ({fit.runs} runs)")
+            typer.echo(f"{group}: {name} x {fit.factors[group]:.4f} on {fit.targets[group]}")
         for k, v in fit.knobs.items():
             typer.echo(f"  {k:26s} {fit.start[k]:10.4g} -> {v:10.4g}")
+        typer.echo(f"  ({fit.runs} runs of the scenario)")
         for name in fit.at_bound:
             typer.echo(f"warning: {name} stopped at its bound; the target is out of the model's reach", err=True)
         for key, e in fit.target_error_pct.items():
