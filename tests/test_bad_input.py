@@ -669,6 +669,14 @@ def _metrics(t: Path, content: bytes | str) -> Path:
     return p
 
 
+def _run_dir(t: Path, summary: str, parquet: bytes) -> Path:
+    d = t / "run"
+    d.mkdir()
+    (d / "summary.json").write_text(summary)
+    (d / "requests.parquet").write_bytes(parquet)
+    return d
+
+
 DRIFT_CASES = [
     pytest.param(
         lambda t: [_metrics(t, 'vllm:num_requests_running{model_name="m"} 0.0\n')],
@@ -721,6 +729,16 @@ DRIFT_CASES = [
         lambda t: [_metrics(t, GOOD_METRICS), "--run", t],
         ["--run", "no summary.json"],
         id="drift-run-not-a-run",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS), "--run", _run_dir(t, '{"counters": {}, "sizes": {}}', b"PAR1 not")],
+        ["--run", "requests.parquet", "cannot read the request rows"],
+        id="drift-run-bad-parquet",
+    ),
+    pytest.param(
+        lambda t: [_metrics(t, GOOD_METRICS), "--run", _run_dir(t, '{"mode": "instant"}', b"")],
+        ["--run", "summary.json", "no counters or sizes"],
+        id="drift-run-summary-without-counters",
     ),
 ]
 

@@ -187,3 +187,11 @@ def test_the_readme_transcript_is_what_drift_prints(tmp_path):
     printed = [ln.replace(str(root / "results" / "default"), "results/default") for ln in printed]
     assert all(ln in printed for ln in shown), (shown, printed)
     assert [ln for ln in printed if ln in shown] == shown  # in the README's order
+
+
+def test_windows_line_ends_and_a_byte_order_mark_read_as_the_same_snapshot(tmp_path, sim):
+    text = expose(sim)
+    plain = parse_snapshot(_write(tmp_path, text, "a.txt"))
+    (tmp_path / "b.txt").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    other = parse_snapshot(tmp_path / "b.txt")
+    assert [(s.name, s.labels, s.value) for s in other.samples] == [(s.name, s.labels, s.value) for s in plain.samples]

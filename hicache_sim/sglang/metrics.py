@@ -96,7 +96,7 @@ def parse_snapshot(path: str | Path) -> Snapshot:
     except OSError as e:
         raise MetricsError(f"{p}: cannot read it ({(e.strerror or type(e).__name__).lower()})") from None
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark, as some editors save, is not a line
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise MetricsError(f"{p}:{line}: not UTF-8 text (byte {raw[e.start]:#04x})") from None
@@ -179,7 +179,7 @@ def matching_versions(snap: Snapshot) -> tuple[list[str], dict[str, int]]:
     known = set().union(*(catalogue(v) for v in VERSIONS))
     seen = [f for f in map(forms, set(snap.types) | {s.name for s in snap.samples}) if f & known]
     cached = snap.series(_CACHED)
-    tiers = any("cache_source" in s.labels for s in cached)  # None: no sample to tell
+    tiers = any("cache_source" in s.labels for s in cached)
     per_tier = LABELLED[(_CACHED, "cache_source")]
     missing = {}
     for v in VERSIONS:
@@ -263,7 +263,12 @@ class SimFigures:
             table = pq.read_table(d / "requests.parquet", columns=names)
         except Exception as e:  # pyarrow raises several types for a bad or foreign file
             raise MetricsError(f"--run {d / 'requests.parquet'}: cannot read the request rows ({e})") from None
-        return cls.from_parts(str(d), {n: table.column(n).to_numpy(zero_copy_only=False) for n in names}, summary)
+        try:
+            return cls.from_parts(str(d), {n: table.column(n).to_numpy(zero_copy_only=False) for n in names}, summary)
+        except (KeyError, TypeError, ValueError) as e:
+            raise MetricsError(
+                f"--run {d / 'summary.json'}: lacks a figure drift reads ({e}); rerun the scenario"
+            ) from None
 
     @classmethod
     def from_output(cls, source: str, out: Any) -> SimFigures:
