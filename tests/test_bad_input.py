@@ -731,13 +731,17 @@ DRIFT_CASES = [
         id="drift-run-not-a-run",
     ),
     pytest.param(
-        lambda t: [_metrics(t, GOOD_METRICS), "--run", _run_dir(t, '{"counters": {}, "sizes": {}}', b"PAR1 not")],
+        lambda t: [
+            _metrics(t, GOOD_METRICS),
+            "--run",
+            _run_dir(t, '{"counters": {}, "sizes": {}, "residency": {}}', b"PAR1 not"),
+        ],
         ["--run", "requests.parquet", "cannot read the request rows"],
         id="drift-run-bad-parquet",
     ),
     pytest.param(
         lambda t: [_metrics(t, GOOD_METRICS), "--run", _run_dir(t, '{"mode": "instant"}', b"")],
-        ["--run", "summary.json", "no counters or sizes"],
+        ["--run", "summary.json", "no counters, sizes or residency"],
         id="drift-run-summary-without-counters",
     ),
 ]

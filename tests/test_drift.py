@@ -163,7 +163,7 @@ def test_a_run_with_a_store_compares_every_tier(tmp_path):
 def test_prefetched_tokens_mean_what_each_version_counts():
     """0.5.2 counts a prefetch's tokens new to the host tree; 0.5.23 every token it read."""
     f = dataclasses.replace(
-        SimFigures("x", 1, 10, {"device": 0, "host": 0, "storage": 0}, 1, 10, 10, 0, 0, 0, 0, 0, 0),
+        SimFigures("x", 1, 10, {"device": 0, "host": 0, "storage": 0}, 1, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0),
         prefetched_tokens=10,
         prefetch_inserted_tokens=4,
     )

@@ -211,6 +211,8 @@ class SimFigures:
     storage_backup_tokens: int  # host -> storage
     prefetched_tokens: int  # storage -> host
     prefetch_inserted_tokens: int  # of those, new to the host tree
+    device_cached_tokens: int  # device pool tokens the tree holds when the run ends
+    host_used_tokens: int  # host pool tokens in use when the run ends
 
     @classmethod
     def from_parts(cls, source: str, columns: Any, summary: dict) -> SimFigures:
@@ -239,6 +241,8 @@ class SimFigures:
             storage_backup_tokens=int(c["storage_backup_pages"]) * page,
             prefetched_tokens=int(c["prefetch_pages"]) * page,
             prefetch_inserted_tokens=int(c["prefetch_inserted_pages"]) * page,
+            device_cached_tokens=int(summary["residency"]["device_pages"]) * page,
+            host_used_tokens=int(summary["residency"]["host_pages"]) * page,
         )
 
     @classmethod
@@ -254,8 +258,8 @@ class SimFigures:
             summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise MetricsError(f"--run {d / 'summary.json'}: not a summary hicache-sim wrote ({e})") from None
-        if not isinstance(summary, dict) or not {"counters", "sizes"} <= set(summary):
-            raise MetricsError(f"--run {d / 'summary.json'}: no counters or sizes; not a run's summary")
+        if not isinstance(summary, dict) or not {"counters", "sizes", "residency"} <= set(summary):
+            raise MetricsError(f"--run {d / 'summary.json'}: no counters, sizes or residency; not a run's summary")
         import pyarrow.parquet as pq
 
         names = ["status", "prompt_tokens", "device_hit_tokens", "host_hit_tokens", "storage_hit_tokens"]
@@ -281,9 +285,9 @@ class Figure:
     """One compared figure. ``metric``/``select``: the SGLang samples; ``ranks``: ``requests`` (the
     tokenizer counts each request once: every series summed), ``rank`` (each TP and PP rank counts the
     same tokens: the lowest TP and PP rank, DP ranks summed) or ``one`` (a per-rank setting: the lowest
-    rank); ``kind``: ``count`` (relative drift), ``share`` (of the prompt tokens: drift in points) or
-    ``size``; ``sim``: the simulated value (``sim_in``: another for some versions, where the metric
-    counted something else)."""
+    rank); ``kind``: ``count`` (relative drift), ``share`` (of the prompt tokens: drift in points),
+    ``size`` or ``state`` (the pools once the traffic is over); ``sim``: the simulated value
+    (``sim_in``: another for some versions, where the metric counted something else)."""
 
     key: str
     metric: str
@@ -313,6 +317,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("device pool tokens", "sglang:max_total_num_tokens", lambda f: f.device_tokens, "size", "one"),
     Figure("host pool tokens", "sglang:hicache_host_total_tokens", lambda f: f.host_tokens, "size", "one"),
     Figure("page size", "sglang:page_size", lambda f: f.page_size, "size", "one"),
+    # The pools when the traffic is over: 0.5.23 republishes them once idle (at most 30 s after the last
+    # batch), and an idle server's device tokens are all evictable.
+    Figure("device tokens cached, end", "sglang:kv_evictable_tokens", lambda f: f.device_cached_tokens, "state", "one"),
+    Figure("host tokens used, end", "sglang:hicache_host_used_tokens", lambda f: f.host_used_tokens, "state", "one"),
     Figure("device evicted tokens", "sglang:evicted_tokens_total", lambda f: f.evicted_tokens, ranks="rank"),
     Figure(
         "device->host backup tokens",
