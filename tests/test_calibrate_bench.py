@@ -373,3 +373,32 @@ def test_check_compares_without_fitting(tmp_path):
     assert row["error_pct"] < -20
     # run again: its own report is replaced
     assert invoke("calibrate", result, "--scenario", sc, "--check", "--out", tmp_path / "check.yaml").exit_code == 0
+
+
+def test_a_file_of_several_runs_gives_the_scenarios_run(tmp_path):
+    """bench_serving appends a line per run and bench_multiturn one per rate of its sweep: the run
+    compared is the last whose request count, rate and concurrency are the scenario's."""
+    sim = simulated(SERVING_SCENARIO, SERVING, TRUE)
+    line = {"request_rate": "inf", "max_concurrency": 8, **sim.figures}
+    lines = [{**line, "completed": 10}, line, {**line, "max_concurrency": 16}]
+    result = tmp_path / "bench.jsonl"
+    result.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sc = tmp_path / "deploy.yaml"
+    sc.write_text(yaml.safe_dump(SERVING_SCENARIO))
+    r = invoke("calibrate", result, "--scenario", sc, "--check", "--out", tmp_path / "c.yaml")
+    assert r.exit_code == 0, r.output
+    assert "line 2, of 3 runs" in r.output
+    assert json.loads((tmp_path / "c_bench.json").read_text())["line"] == 2
+
+    mt = simulated(MULTITURN_SCENARIO, MULTITURN, {})  # at the presets: what --check simulates
+    block = "Performance metrics summary:\n  Total requests: 32 at {rate} requests per second\n  Average TTFT: {ttft}\n"
+    text = block.format(rate=16, ttft=9.99) + block.format(rate=2.0, ttft=f"{mt.figures['average_ttft']:.2f}")
+    text += block.format(rate=1, ttft=9.99)
+    result = tmp_path / "multiturn.txt"
+    result.write_text(text)
+    sc.write_text(yaml.safe_dump(MULTITURN_SCENARIO))
+    r = invoke("calibrate", result, "--scenario", sc, "--check", "--out", tmp_path / "m.yaml")
+    assert r.exit_code == 0, r.output
+    assert "line 4, of 3 runs" in r.output
+    row = json.loads((tmp_path / "m_bench.json").read_text())["before"][1]
+    assert row["figure"] == "average_ttft" and row["measured"] == round(mt.figures["average_ttft"], 2)

@@ -12,8 +12,10 @@ What each key means, per SGLang's benchmark code (docs/reference/benchmark-resul
   ``cache_hit_rate``, ``request_count``); the printed summary (``Average TTFT: 5.18``) and per-round
   lines (``Round 3: Average TTFT = 0.26s, Cache Hit Rate = 0.630580 (128 requests, 128 clients)``).
 
-A file holding several runs (both benchmarks append) gives its last. Unknown keys and lines are
-ignored; a known figure that is not a number is an error naming the file and line.
+A file holding several runs (both benchmarks append; bench_multiturn sweeps 13 rates unless told not
+to) gives the last run the caller accepts (the scenario's request count and rate), else its last.
+Unknown keys and lines are ignored; a known figure that is not a number is an error naming the file
+and line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +101,7 @@ _MT_ROUND = re.compile(
     r"Round (\d+): Average TTFT = (\S+?)s, Cache Hit Rate = (\S+) \((\d+) requests(?:, \d+ clients)?\)"
 )
 MULTITURN_HEAD = "Performance metrics summary"
+_MT_TOTAL = re.compile(r"^Total requests:\s*(\S+) at (\S+) requests per second")
 
 
 class BenchResultError(CalibrationError):
@@ -115,6 +119,7 @@ class BenchResult:
     line: int = 0  # line of the run in the file (1-based)
     runs_in_file: int = 1
     text: bool = False  # read from the printed block rather than the JSONL
+    settings: dict[str, float | None] = field(default_factory=dict)  # request_rate, max_concurrency as given
 
     @property
     def requests(self) -> int | None:
@@ -169,8 +174,16 @@ def _text_number(text: str, where: str) -> float:
     return v
 
 
-def read_bench_result(path: str | Path, kind: str) -> BenchResult:
-    """Read ``path`` as a result of ``kind`` (SERVING or MULTITURN), JSONL or printed text."""
+def read_bench_result(path: str | Path, kind: str, want: Callable[[BenchResult], bool] | None = None) -> BenchResult:
+    """Read ``path`` as a result of ``kind`` (SERVING or MULTITURN), JSONL or printed text: of the runs
+    it holds, the last that ``want`` accepts (the scenario's run), else the last."""
+    runs = read_bench_runs(path, kind)
+    chosen = [r for r in runs if want is None or want(r)]
+    return (chosen or runs)[-1]
+
+
+def read_bench_runs(path: str | Path, kind: str) -> list[BenchResult]:
+    """Every run of ``kind`` in ``path``, in file order (JSONL lines, or printed blocks)."""
     p = Path(path)
     if kind not in FORMATS:
         raise BenchResultError(f"--format {kind!r}: expected one of {', '.join(FORMATS)}")
@@ -187,11 +200,17 @@ def read_bench_result(path: str | Path, kind: str) -> BenchResult:
         raise BenchResultError(f"{path}: empty; expected a {kind} result")
     first = next(s for s in lines if s.strip()).lstrip()
     if first.startswith("{"):
-        return _read_jsonl(p, lines, kind)
-    return _read_serving_text(p, lines) if kind == SERVING else _read_multiturn_text(p, lines)
+        runs = [_read_json_run(p, i, obj, kind) for i, obj in _json_lines(p, lines, kind)]
+    elif kind == SERVING:
+        runs = _read_serving_text(p, lines)
+    else:
+        runs = _read_multiturn_text(p, lines)
+    for r in runs:
+        r.runs_in_file = len(runs)
+    return runs
 
 
-def _read_jsonl(p: Path, lines: list[str], kind: str) -> BenchResult:
+def _json_lines(p: Path, lines: list[str], kind: str) -> list[tuple[int, dict]]:
     objs: list[tuple[int, dict]] = []
     for i, s in enumerate(lines, 1):
         if not s.strip():
@@ -203,9 +222,19 @@ def _read_jsonl(p: Path, lines: list[str], kind: str) -> BenchResult:
         if not isinstance(obj, dict):
             raise BenchResultError(f"{p}:{i}: expected a JSON object per line")
         objs.append((i, obj))
-    line, obj = objs[-1]
+    return objs
+
+
+def _setting(v: object) -> float | None:
+    """A run's request rate or concurrency as the benchmark wrote it (``"inf"``, a number, or none)."""
+    if v == "inf":
+        return math.inf
+    return float(v) if not isinstance(v, bool) and isinstance(v, (int, float)) else None
+
+
+def _read_json_run(p: Path, line: int, obj: dict, kind: str) -> BenchResult:
     where = f"{p}:{line}"
-    out = BenchResult(kind=kind, path=p, line=line, runs_in_file=len(objs))
+    out = BenchResult(kind=kind, path=p, line=line)
     if kind == SERVING:
         if "completed" not in obj or "mean_ttft_ms" not in obj:
             other = " (a bench_multiturn --log-file line)" if "summary" in obj else ""
@@ -213,6 +242,10 @@ def _read_jsonl(p: Path, lines: list[str], kind: str) -> BenchResult:
         for k in SERVING_KEYS:
             if obj.get(k) is not None:
                 out.figures[k] = _number(obj[k], f"{where}: {k}")
+        out.settings = {
+            "request_rate": _setting(obj.get("request_rate")),
+            "max_concurrency": _setting(obj.get("max_concurrency")),
+        }
         return out
     summary = obj.get("summary")
     if not isinstance(summary, dict) or "average_ttft" not in summary:
@@ -221,6 +254,7 @@ def _read_jsonl(p: Path, lines: list[str], kind: str) -> BenchResult:
     for k in MULTITURN_KEYS:
         if summary.get(k) is not None:
             out.figures[k] = _number(summary[k], f"{where}: summary.{k}")
+    out.settings = {"request_rate": _setting(summary.get("request_rate"))}
     rounds = obj.get("round") or {}
     if not isinstance(rounds, dict):
         raise BenchResultError(f"{where}: round: expected a mapping of round_<i>")
@@ -238,15 +272,18 @@ def _read_jsonl(p: Path, lines: list[str], kind: str) -> BenchResult:
     return out
 
 
-def _read_serving_text(p: Path, lines: list[str]) -> BenchResult:
+def _read_serving_text(p: Path, lines: list[str]) -> list[BenchResult]:
     starts = [i for i, s in enumerate(lines) if SERVING_HEAD in s]
     if not starts:
         raise BenchResultError(f"{p}: no '{SERVING_HEAD}' block; expected bench_serving's printed result")
-    start = starts[-1]
-    out = BenchResult(kind=SERVING, path=p, line=start + 1, runs_in_file=len(starts), text=True)
+    return [_serving_block(p, lines, start) for start in starts]
+
+
+def _serving_block(p: Path, lines: list[str], start: int) -> BenchResult:
+    out = BenchResult(kind=SERVING, path=p, line=start + 1, text=True)
     for i in range(start + 1, len(lines)):
         s = lines[i].strip()
-        if s.startswith("=" * 10):
+        if s.startswith("=" * 10) or SERVING_HEAD in s:
             break
         where = f"{p}:{i + 1}"
         m = _SERVING_STAT.match(s)
@@ -259,18 +296,33 @@ def _read_serving_text(p: Path, lines: list[str]) -> BenchResult:
         if m and m.group(1).strip() in SERVING_LABELS:
             key = SERVING_LABELS[m.group(1).strip()]
             out.figures[key] = _text_number(m.group(2), f"{where}: {key}")
+        elif m and m.group(1).strip() in ("Traffic request rate", "Max request concurrency"):
+            name = "request_rate" if m.group(1).startswith("Traffic") else "max_concurrency"
+            value = m.group(2)
+            out.settings[name] = math.inf if value == "inf" else _setting(_maybe_float(value))
     for need in ("completed", "mean_ttft_ms"):
         if need not in out.figures:
             raise BenchResultError(f"{p}:{start + 1}: {need}: missing from the block (truncated?)")
     return out
 
 
-def _read_multiturn_text(p: Path, lines: list[str]) -> BenchResult:
-    starts = [i for i, s in enumerate(lines) if MULTITURN_HEAD in s]
-    start = starts[-1] if starts else 0
-    out = BenchResult(kind=MULTITURN, path=p, line=start + 1, runs_in_file=max(1, len(starts)), text=True)
+def _maybe_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _read_multiturn_text(p: Path, lines: list[str]) -> list[BenchResult]:
+    starts = [i for i, s in enumerate(lines) if MULTITURN_HEAD in s] or [0]
+    ends = [*starts[1:], len(lines)]
+    return [_multiturn_block(p, lines, a, b) for a, b in zip(starts, ends, strict=True)]
+
+
+def _multiturn_block(p: Path, lines: list[str], start: int, end: int) -> BenchResult:
+    out = BenchResult(kind=MULTITURN, path=p, line=start + 1, text=True)
     rounds: dict[int, dict] = {}
-    for i in range(start, len(lines)):
+    for i in range(start, end):
         s = lines[i].strip()
         where = f"{p}:{i + 1}"
         m = _MT_ROUND.search(s)
@@ -289,6 +341,11 @@ def _read_multiturn_text(p: Path, lines: list[str]) -> BenchResult:
             key = f"{stat.lower()}_{series.lower()}"
             out.figures[key] = _text_number(value, f"{where}: {key}")
             continue
+        m = _MT_TOTAL.match(s)
+        if m:
+            out.figures["total_requests"] = _text_number(m.group(1), f"{where}: total_requests")
+            out.settings["request_rate"] = _maybe_float(m.group(2))
+            continue
         m = _LABEL.match(s)
         if m and m.group(1).strip() in _MT_LABELS:
             key = _MT_LABELS[m.group(1).strip()]
@@ -296,7 +353,7 @@ def _read_multiturn_text(p: Path, lines: list[str]) -> BenchResult:
     out.rounds = [rounds[k] for k in sorted(rounds)]
     if "average_ttft" not in out.figures and not out.rounds:
         raise BenchResultError(
-            f"{p}: no 'Average TTFT:' summary line and no 'Round <i>: Average TTFT = ...' line; "
+            f"{p}:{start + 1}: no 'Average TTFT:' summary line and no 'Round <i>: Average TTFT = ...' line; "
             "expected bench_multiturn's printed result"
         )
     return out

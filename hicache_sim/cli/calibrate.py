@@ -264,25 +264,25 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
         reports = [Path(f"{stem}_bench.md"), Path(f"{stem}_bench.json")] if report else []
         for path in reports:
             check_file_target(path, _is_bench_report)
-        result = read_bench_result(result_path, fmt)
     with user_errors(scenario):
         sc = load_scenario(scenario, ["mode=timed"])
         r = resolve(sc)
         wl = build_workload(sc, r.cache.page_size, resolve_builtin(scenario, "scenarios").parent)
     kind, count_from = BENCH_KIND[fmt]
+    sent = len(wl.requests) - wl.warmup_requests
     with user_errors(str(result_path)):
+        result = read_bench_result(result_path, fmt, lambda run: _is_scenario_run(run, sc, sent))
         if sc.workload.kind != kind:
             raise UserError(
                 f"{result_path}: a {fmt} result, but {scenario} has workload.kind {sc.workload.kind}; expected {kind}"
             )
-        sent = len(wl.requests) - wl.warmup_requests
         if result.requests is not None and result.requests != sent:
             raise UserError(
                 f"{result_path}:{result.line}: {result.count_field}: {result.requests} requests, but {scenario} "
                 f"sends {sent} ({count_from}); give the scenario of that run"
             )
     where = f"{result_path}" + (
-        f" (line {result.line}, the last of {result.runs_in_file} runs)" if result.runs_in_file > 1 else ""
+        f" (line {result.line}, of {result.runs_in_file} runs)" if result.runs_in_file > 1 else ""
     )
     typer.echo(f"{where}: {fmt}, {len(result.figures)} figures, {len(result.rounds)} rounds; units {UNITS[fmt]}")
     meta = [
@@ -360,6 +360,22 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
         )
     for path in written:
         typer.echo(f"wrote {path}")
+
+
+def _is_scenario_run(run, sc, sent: int) -> bool:
+    """Whether a run of a result file is the one the scenario reproduces: its request count, and its
+    request rate and concurrency where the result states them."""
+    if run.requests is not None and run.requests != sent:
+        return False
+    spec = getattr(sc.workload, sc.workload.kind, None)
+    for name, given in run.settings.items():
+        ours = getattr(spec, name, None)
+        if given is None or ours is None:
+            continue
+        ours = float("inf") if ours == "inf" else float(ours)
+        if abs(ours - given) > 1e-9 * max(1.0, abs(ours)) and ours != given:
+            return False
+    return True
 
 
 #: Figures that count what was sent, not how fast: left out of the error on figures not fitted.
