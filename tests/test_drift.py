@@ -141,7 +141,7 @@ def test_cli_against_a_run_folder(tmp_path, sim):
     before = sorted(p.name for p in tmp_path.rglob("*"))
     r = invoke("drift", metrics, "--run", tmp_path / "run")
     assert r.exit_code == 0, r.output
-    assert "sglang 0.5.2 does not export: cached share, device, cached share, host" in r.output
+    assert "sglang 0.5.2 does not export: cached share, device; cached share, host;" in r.output
     r = invoke("drift", metrics, "--scenario", sc, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)

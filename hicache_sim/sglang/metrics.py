@@ -492,12 +492,12 @@ def report_lines(rep: Report, snapshot: str, sim: SimFigures) -> list[str]:
             d = "" if r.drift is None else ("inf" if math.isinf(r.drift) else f"{100 * r.drift:+.1f} %")
         lines.append(f"{r.key:<32}{m:>16}{s:>16}{d:>12}" + (f"  ({r.note})" if r.note else ""))
     if rep.not_exported:
-        lines += ["", f"sglang {rep.version} does not export: {', '.join(rep.not_exported)}"]
+        lines += ["", f"sglang {rep.version} does not export: {'; '.join(rep.not_exported)}"]
     if rep.absent:
         lines += [
             "",
             f"exported by sglang {rep.version} but not in this snapshot (no count yet, metrics off, or that part "
-            f"of the server off: storage counters need --hicache-storage-backend): {', '.join(rep.absent)}",
+            f"of the server off: storage counters need --hicache-storage-backend): {'; '.join(rep.absent)}",
         ]
     return lines + [f"note: {n}" for n in rep.notes]
 
