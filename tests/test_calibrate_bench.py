@@ -191,6 +191,15 @@ SERVING_JSONL = {
     "accept_length": None,
     "max_output_tokens_per_s": 880.0,
     "max_concurrent_requests": 16,
+    "cache_report": {  # with --cache-report
+        "total_prompt_tokens": 39668,
+        "total_cached_tokens": 12000,
+        "cache_hit_rate_pct": 30.25,
+        "device_cached_tokens": 12000,
+        "host_cached_tokens": 0,
+        "storage_cached_tokens": None,
+        "storage_backend": None,
+    },
 }
 
 
@@ -205,6 +214,21 @@ def test_bench_serving_jsonl_reads_its_keys_and_the_last_run(tmp_path):
     assert got.figures["p99_itl_ms"] == SERVING_JSONL["p99_itl_ms"]
     assert "std_ttft_ms" not in got.figures and "server_info" not in got.figures
     assert "max_output_tokens_per_s" not in got.figures  # bucketed per second: not simulated
+    assert (got.figures["total_cached_tokens"], got.figures["cache_hit_rate_pct"]) == (12000, 30.25)
+
+
+def test_bench_serving_cache_report_block(tmp_path):
+    """--cache-report's lines at the end of the printed block: cached tokens and hit rate (its tier lines,
+    counts then shares under the same labels, are not read)."""
+    block = serving_block({"completed": 4, "mean_ttft_ms": 30.0}).rstrip("=\n")
+    block += "\n" + "Cache Hit Details".center(50, "-") + "\n"
+    for label, value in (("Total prompt tokens:", "4096"), ("Total cached tokens:", "1024"), ("  Device:", "1024")):
+        block += f"{label:<40} {value}\n"
+    block += f"{'Cache hit rate:':<40} 25.0%\n{'  Device:':<40} 100.0%\n" + "=" * 50 + "\n"
+    path = tmp_path / "bench.txt"
+    path.write_text(block)
+    got = read_bench_result(path, SERVING)
+    assert got.figures["total_cached_tokens"] == 1024 and got.figures["cache_hit_rate_pct"] == 25.0
 
 
 # Real printed lines: the per-round block of SGLang PR #27010 (validation/cases/sglang_27010_l1.yaml)
@@ -402,3 +426,22 @@ def test_a_file_of_several_runs_gives_the_scenarios_run(tmp_path):
     assert "line 4, of 3 runs" in r.output
     row = json.loads((tmp_path / "m_bench.json").read_text())["before"][1]
     assert row["figure"] == "average_ttft" and row["measured"] == round(mt.figures["average_ttft"], 2)
+
+
+def test_simulated_cache_hit_rate_of_a_repeated_run():
+    """bench_serving --cache-report's hit rate, simulated: a run whose every prompt an earlier run on the
+    same server sent whole hits all of it but the page holding its last token (page 16)."""
+    bs = SERVING_SCENARIO["workload"]["bench_serving"]
+    again = {
+        k: bs[k]
+        for k in ("random_input_len", "random_output_len", "num_prompts", "max_concurrency", "random_range_ratio")
+    }
+    scenario = {
+        **SERVING_SCENARIO,
+        "workload": {"kind": "bench_serving", "bench_serving": {**bs, "earlier_runs": [again]}},
+    }
+    sc = build_scenario(dict(scenario), "t", [])
+    lengths = [q.input_tokens for q in build_workload(sc, 16, None).requests][-bs["num_prompts"] :]
+    sim = simulated(scenario, SERVING, {})
+    assert sim.figures["total_cached_tokens"] == sum((n - 1) // 16 * 16 for n in lengths)
+    assert sim.figures["cache_hit_rate_pct"] == pytest.approx(100 * sim.figures["total_cached_tokens"] / sum(lengths))

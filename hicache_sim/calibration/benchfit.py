@@ -166,6 +166,9 @@ def serving_figures(rows) -> dict[str, float]:
         out.update({f"{s}_{name}_ms": v for s, v in _stats(vals, 1000.0, stats).items()})
     if decode:
         out["mean_itl_ms"] = 1000.0 * sum(t for t, _ in decode) / sum(k for _, k in decode)
+    cached = sum(float(done[f"{t}_hit_tokens"].sum()) for t in ("device", "host", "storage"))
+    out["total_cached_tokens"] = cached
+    out["cache_hit_rate_pct"] = 100.0 * cached / total_in if total_in else 0.0
     return out
 
 

@@ -5,7 +5,8 @@ What each key means, per SGLang's benchmark code (docs/reference/benchmark-resul
 
 - ``bench_serving --output-file``: one JSON object per run, figures under bench_serving's own keys
   (``completed``, ``duration``, ``mean_ttft_ms``, ``p99_itl_ms``, ...); the printed "Serving Benchmark
-  Result" block has the same figures under labels (``Mean TTFT (ms):``), mapped here to those keys.
+  Result" block has the same figures under labels (``Mean TTFT (ms):``), mapped here to those keys;
+  with ``--cache-report`` also the cached tokens and the hit rate (``cache_report``).
 - ``bench_multiturn --log-file``: one JSON object per run, ``summary`` (``total_requests``,
   ``average_ttft``, ``p90_ttft``, ... in seconds; later versions add ITL, token throughputs and the
   hit rate) and, with ``--enable-round-barrier``, ``round`` (``round_<i>``: ``average_ttft``,
@@ -59,7 +60,11 @@ SERVING_LABELS = {
     "Output token throughput (tok/s)": "output_throughput",
     "Total token throughput (tok/s)": "total_throughput",
     "Concurrency": "concurrency",
+    "Total cached tokens": "total_cached_tokens",
+    "Cache hit rate": "cache_hit_rate_pct",
 }
+#: ``--cache-report``'s JSONL keys (under ``cache_report``) this tool compares.
+CACHE_REPORT_KEYS = {"total_cached_tokens": "total_cached_tokens", "cache_hit_rate_pct": "cache_hit_rate_pct"}
 SERVING_SERIES_LABELS = {"TTFT": "ttft", "TPOT": "tpot", "ITL": "itl", "E2E Latency": "e2e_latency"}
 _SERVING_STAT = re.compile(r"^(Mean|Median|P90|P95|P99|Max) (TTFT|TPOT|ITL|E2E Latency) \(ms\):\s*(\S+)")
 _LABEL = re.compile(r"^([A-Za-z][^:]*):\s*(\S+)")
@@ -242,6 +247,11 @@ def _read_json_run(p: Path, line: int, obj: dict, kind: str) -> BenchResult:
         for k in SERVING_KEYS:
             if obj.get(k) is not None:
                 out.figures[k] = _number(obj[k], f"{where}: {k}")
+        report = obj.get("cache_report")
+        if isinstance(report, dict):
+            for k, name in CACHE_REPORT_KEYS.items():
+                if report.get(k) is not None:
+                    out.figures[name] = _number(report[k], f"{where}: cache_report.{k}")
         out.settings = {
             "request_rate": _setting(obj.get("request_rate")),
             "max_concurrency": _setting(obj.get("max_concurrency")),
