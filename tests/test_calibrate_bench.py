@@ -445,3 +445,22 @@ def test_simulated_cache_hit_rate_of_a_repeated_run():
     sim = simulated(scenario, SERVING, {})
     assert sim.figures["total_cached_tokens"] == sum((n - 1) // 16 * 16 for n in lengths)
     assert sim.figures["cache_hit_rate_pct"] == pytest.approx(100 * sim.figures["total_cached_tokens"] / sum(lengths))
+
+
+def test_check_of_a_published_per_round_table(tmp_path):
+    """SGLang PR #27010's printed per-round lines against its case's scenario: rounds 0-2 hit exactly the
+    published rate (as validation/ holds), the mean TTFT comes from the rounds and says so."""
+    case = yaml.safe_load((CASES / "sglang_27010_l1.yaml").read_text())
+    result = tmp_path / "l1.txt"
+    result.write_text("Per-round metrics:\n" + case["source"]["quote"])
+    sc = tmp_path / "l1.yaml"
+    sc.write_text(yaml.safe_dump(case["scenario"]))
+    r = invoke("calibrate", result, "--scenario", sc, "--check", "--out", tmp_path / "l1cal.yaml")
+    assert r.exit_code == 0, r.output
+    assert "the request-weighted mean of its rounds' mean TTFT" in r.output
+    rows = {row["figure"]: row for row in json.loads((tmp_path / "l1cal_bench.json").read_text())["before"]}
+    for i in (1, 2):
+        row = rows[f"round_{i}.cache_hit_rate"]
+        assert row["simulated"] == pytest.approx(row["measured"], abs=5e-7)
+    assert rows["average_ttft"]["measured"] == pytest.approx(sum(case["published"]["ttft_mean_s"]) / 10)
+    assert all(f"round_{i}.average_ttft" in rows for i in range(10))

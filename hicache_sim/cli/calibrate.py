@@ -290,6 +290,10 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
         f"scenario: {scenario} ({r.model.name} on {r.gpu.name}, tp {sc.hardware.tp})",
         f"units: {UNITS[fmt]}",
     ]
+    if fmt == "bench-multiturn" and "average_ttft" not in result.figures and result.rounds:
+        note = "average_ttft: no summary in the result; the request-weighted mean of its rounds' mean TTFT"
+        meta.append(note)
+        typer.echo(note)
     fit = None
     if check:
         before = check_bench(r, wl, result)
