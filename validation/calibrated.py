@@ -1,0 +1,281 @@
+"""Calibrate on a public set's GPU-only run, predict its + L2 / + store runs (issue 27, item 4).
+
+The operator's question: "calibrated on my deployment as it runs today, what will more host memory or a
+store do?" Each public set is one deployment and one benchmark run GPU-only, then with more tiers. For
+each set this module
+
+1. writes the GPU-only run's published per-round figures as bench_multiturn prints them
+   (``Round <i>: Average TTFT = <t>s, Cache Hit Rate = <h> (<n> requests, <n> clients)``): the only
+   figures the sources publish for these runs;
+2. runs the tool's own fit on it, ``hicache-sim calibrate BENCH --scenario GPU_ONLY --out CAL`` (the
+   scenario is the case's, stopped at the last published round: a round barrier holds later rounds
+   back, so the earlier ones are the same);
+3. simulates every run of the set with the presets and with ``hardware.calibration: CAL``, and tables
+   the mean TTFT over the published rounds (and each round) against the published figures.
+
+Nothing here is fitted by hand: the knobs are the calibration file the CLI wrote from the GPU-only
+figures. ``python -m validation.calibrated`` writes ``results/validation/calibrated.{md,json}`` and
+the inputs and outputs of each fit under ``results/validation/calibrated/<set>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from hicache_sim.runner import simulate
+
+from .run import ROOT, _derived, _runs, _scenario, load_cases, round_metrics
+
+OUT_DIR = ROOT / "results" / "validation"
+COMMAND = "python -m validation.calibrated"
+HELD = 0.25  # |relative error| of a predicted run's mean TTFT the issue holds
+GOAL = 0.15
+
+
+@dataclass(frozen=True)
+class PublicSet:
+    """One deployment and one benchmark: the run calibrated on, and the runs predicted from it."""
+
+    name: str
+    base: tuple[str, str]  # (case id, run name; "" for a one-run case)
+    predict: tuple[tuple[str, str], ...]
+    #: Predicted runs whose calibrated mean TTFT is asserted within HELD (tests/test_validation_calibrated.py);
+    #: the others miss, with their mechanism in MISSES.
+    held: tuple[str, ...] = ()
+
+
+SETS = (
+    PublicSet(
+        "mooncake_blog_h800",
+        ("mooncake_blog_h800", "gpu_only"),
+        (("mooncake_blog_h800", "l2"), ("mooncake_blog_h800", "mooncake")),
+        held=("mooncake_blog_h800.l2", "mooncake_blog_h800.mooncake"),
+    ),
+    PublicSet("sglang_27010", ("sglang_27010_l1", ""), (("sglang_27010_l2", ""),), held=("sglang_27010_l2",)),
+    PublicSet(
+        "mooncake_ssd_offload_a100",
+        ("mooncake_ssd_offload_a100", "gpu_only"),
+        tuple(("mooncake_ssd_offload_a100", r) for r in ("l2", "mooncake", "mooncake_ssd")),
+        held=("mooncake_ssd_offload_a100.l2", "mooncake_ssd_offload_a100.mooncake"),
+    ),
+)
+
+
+#: Predicted runs that miss HELD after calibration, and why (validation/README.md has the numbers).
+MISSES = {
+    "mooncake_ssd_offload_a100.mooncake_ssd": (
+        "every round hits its history in the store, so each prefill is 4,096 new tokens attending over up to "
+        "32k cached ones; the GPU-only run the fit sees recomputes whole histories, and one prefill scale on "
+        "linear and attention together cannot tell the (triton) attention's slowness from the GEMMs'"
+    ),
+}
+
+
+@dataclass
+class RunResult:
+    """One run of a set: published, preset and calibrated mean TTFT over the published rounds, per round."""
+
+    set: str
+    case: str
+    run: str
+    role: str  # "calibrated on" or "predicted"
+    published: list[float]
+    preset: list[float]
+    calibrated: list[float]
+    mean_published: float = 0.0
+    mean_preset: float = 0.0
+    mean_calibrated: float = 0.0
+    err_preset: float = 0.0
+    err_calibrated: float = 0.0
+    hit_published: list[float] = field(default_factory=list)
+    hit_calibrated: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = len(self.published)
+        self.mean_published = sum(self.published) / n
+        self.mean_preset = sum(self.preset) / n
+        self.mean_calibrated = sum(self.calibrated) / n
+        self.err_preset = self.mean_preset / self.mean_published - 1.0
+        self.err_calibrated = self.mean_calibrated / self.mean_published - 1.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.case}{'.' + self.run if self.run else ''}"
+
+
+def _case_run(case_id: str, run: str) -> tuple[dict, dict]:
+    """(scenario data, published figures) of one run of a case."""
+    (case,) = load_cases([case_id])
+    return _runs(case)[run]
+
+
+def _fmt_time(v: float) -> str:
+    """A TTFT as bench_multiturn prints it (``{:.2f}``), more digits only where the source has them."""
+    return f"{v:.2f}" if round(v, 2) == v else repr(float(v))
+
+
+def bench_text(published: dict, clients: int) -> str:
+    """The per-round lines bench_multiturn prints (``--enable-round-barrier``) for published figures."""
+    lines = []
+    for r, (t, h) in enumerate(zip(published["ttft_mean_s"], published["hit_rate"], strict=True)):
+        lines.append(
+            f"Round {r}: Average TTFT = {_fmt_time(float(t))}s, Cache Hit Rate = {float(h):.6f} "
+            f"({clients} requests, {clients} clients)"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _truncated(data: dict, published: dict) -> dict:
+    """The run's scenario stopped at its last published round, as a plain dict."""
+    out = json.loads(json.dumps(data))
+    mt = out["workload"]["multiturn"]
+    mt["num_rounds"] = min(mt["num_rounds"], len(published["ttft_mean_s"]))
+    return out
+
+
+def calibrate_set(s: PublicSet, folder: Path) -> tuple[Path, dict]:
+    """Write the GPU-only run's bench text and scenario under ``folder``, run ``hicache-sim calibrate``
+    on them; the calibration file and the fit (from the report JSON the CLI wrote)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data, published = _case_run(*s.base)
+    scen = _truncated(data, published)
+    clients = int(scen["workload"]["multiturn"]["num_clients"])
+    bench = folder / "gpu_only_bench.txt"
+    bench.write_text(bench_text(published, clients))
+    scenario = folder / "gpu_only.yaml"
+    scenario.write_text(yaml.safe_dump(scen, sort_keys=False))
+    cal = folder / "calibration.yaml"
+    cmd = ["calibrate", bench.name, "--scenario", scenario.name, "--out", cal.name, "--report"]
+    done = subprocess.run(
+        [sys.executable, "-m", "hicache_sim", *cmd], cwd=folder, capture_output=True, text=True, check=False
+    )
+    if done.returncode:
+        raise SystemExit(f"hicache-sim {' '.join(cmd)} (in {folder}): exit {done.returncode}\n{done.stderr}")
+    (folder / "calibrate.out").write_text(f"$ hicache-sim {' '.join(cmd)}\n{done.stdout}")
+    report = json.loads((folder / "calibration_bench.json").read_text())
+    return cal, report["fit"]
+
+
+def _per_round(data: dict, published: dict, calibration: Path | None) -> dict[str, list[float]]:
+    scen = _truncated(data, published)
+    if calibration is not None:
+        scen["hardware"]["calibration"] = str(calibration.resolve())
+    out = simulate(_scenario(scen, fast=False, rounds=None), base_dir=ROOT)
+    return round_metrics(out.requests)
+
+
+def run_set(s: PublicSet, out_dir: Path) -> tuple[list[RunResult], dict]:
+    """Calibrate on the set's GPU-only run; every run of the set before and after."""
+    cal, fit = calibrate_set(s, out_dir / "calibrated" / s.name)
+    rows = []
+    for role, (case_id, run) in [("calibrated on", s.base)] + [("predicted", p) for p in s.predict]:
+        data, published = _case_run(case_id, run)
+        pub = _derived(published)
+        before = _per_round(data, pub, None)
+        after = _per_round(data, pub, cal)
+        rows.append(
+            RunResult(
+                s.name,
+                case_id,
+                run,
+                role,
+                [float(x) for x in pub["ttft_mean_s"]],
+                before["ttft_mean_s"],
+                after["ttft_mean_s"],
+                hit_published=[float(x) for x in pub["hit_rate"]],
+                hit_calibrated=after["hit_rate"],
+            )
+        )
+    return rows, fit
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def _verdict(r: RunResult) -> str:
+    if r.role != "predicted":
+        return "fit target"
+    e = abs(r.err_calibrated)
+    return "within 15%" if e <= GOAL else "within 25%" if e <= HELD else "MISS"
+
+
+def table(rows: list[RunResult], fits: dict[str, dict]) -> str:
+    """Markdown: per run the mean TTFT before and after, then per round; then each fit."""
+    out = [
+        "| set | run | role | published mean TTFT (s) | presets | error | calibrated | error | 25% / 15% |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r.set} | {r.label} | {r.role} | {r.mean_published:.3f} | {r.mean_preset:.3f} | "
+            f"{_pct(r.err_preset)} | {r.mean_calibrated:.3f} | {_pct(r.err_calibrated)} | {_verdict(r)} |"
+        )
+    out += ["", "## Per round (mean TTFT, s: published / presets / calibrated, calibrated error)", ""]
+    out += ["| run | round | published | presets | calibrated | error | hit rate published / calibrated |"]
+    out += ["|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for i, (p, b, a) in enumerate(zip(r.published, r.preset, r.calibrated, strict=True)):
+            out.append(
+                f"| {r.label} | {i} | {p:.2f} | {b:.3f} | {a:.3f} | {_pct(a / p - 1)} | "
+                f"{r.hit_published[i]:.3f} / {r.hit_calibrated[i]:.3f} |"
+            )
+    out += ["", "## The fits (`hicache-sim calibrate` on each GPU-only run)", ""]
+    for name, fit in fits.items():
+        levers = "; ".join(
+            f"{g}: {lv} x {fit['factors'][g]:.4f} on {fit['targets'][g]}" for g, lv in fit["levers"].items()
+        )
+        knobs = ", ".join(f"{k} {fit['start'][k]:.4g} -> {v:.4g}" for k, v in fit["knobs"].items())
+        bound = f"; at its bound: {', '.join(fit['at_bound'])}" if fit["at_bound"] else ""
+        out.append(f"- **{name}**: {levers or 'nothing fitted'} ({knobs}){bound}; {fit['runs']} runs")
+    return "\n".join(out) + "\n"
+
+
+def write_results(rows: list[RunResult], fits: dict[str, dict], out_dir: Path, command: str) -> None:
+    """``calibrated.md`` and ``calibrated.json`` in ``out_dir``, each naming the command that made it."""
+    head = (
+        "# Calibrated on the GPU-only run, predicting the others\n\n"
+        f"Made by `{command}` (sets, inputs and mechanisms: `validation/README.md`, section "
+        "'Calibrated on the GPU-only run'; each fit's input, scenario, calibration file and report under "
+        "`results/validation/calibrated/<set>/`). Mean TTFT is over the published rounds.\n\n"
+    )
+    (out_dir / "calibrated.md").write_text(head + table(rows, fits))
+    doc = {"command": command, "held": HELD, "goal": GOAL, "runs": [asdict(r) for r in rows], "fits": fits}
+    (out_dir / "calibrated.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sets named (default: all), write the table; exit 1 if a held run misses."""
+    names = [s.name for s in SETS]
+    ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+    ap.add_argument("sets", nargs="*", help=f"sets (default: all): {', '.join(names)}")
+    ap.add_argument("--out", default=str(OUT_DIR), help="result folder (default: results/validation)")
+    a = ap.parse_args(argv)
+    unknown = set(a.sets) - set(names)
+    if unknown:
+        ap.error(f"unknown set(s): {', '.join(sorted(unknown))}; known: {', '.join(names)}")
+    out_dir = Path(a.out)
+    rows: list[RunResult] = []
+    fits: dict[str, dict] = {}
+    for s in SETS:
+        if a.sets and s.name not in a.sets:
+            continue
+        print(f"{s.name}: calibrating on {s.base[0]} {s.base[1]}".rstrip(), file=sys.stderr)
+        got, fits[s.name] = run_set(s, out_dir)
+        rows.extend(got)
+    write_results(rows, fits, out_dir, " ".join([COMMAND, *a.sets]))
+    print(table(rows, fits))
+    held = {(s.name, lab) for s in SETS for lab in s.held}
+    missed = [r for r in rows if (r.set, r.label) in held and abs(r.err_calibrated) > HELD]
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
