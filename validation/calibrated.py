@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -78,6 +79,11 @@ MISSES = {
 }
 
 
+def _median_abs(simulated: list[float], published: list[float]) -> float:
+    """Median |relative error| over rounds."""
+    return float(statistics.median(abs(s / p - 1.0) for s, p in zip(simulated, published, strict=True)))
+
+
 @dataclass
 class RunResult:
     """One run of a set: published, preset and calibrated mean TTFT over the published rounds, per round."""
@@ -96,6 +102,8 @@ class RunResult:
     err_calibrated: float = 0.0
     hit_published: list[float] = field(default_factory=list)
     hit_calibrated: list[float] = field(default_factory=list)
+    round_err_preset: float = 0.0  # median |relative error| over the rounds
+    round_err_calibrated: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.published)
@@ -104,6 +112,8 @@ class RunResult:
         self.mean_calibrated = sum(self.calibrated) / n
         self.err_preset = self.mean_preset / self.mean_published - 1.0
         self.err_calibrated = self.mean_calibrated / self.mean_published - 1.0
+        self.round_err_preset = _median_abs(self.preset, self.published)
+        self.round_err_calibrated = _median_abs(self.calibrated, self.published)
 
     @property
     def label(self) -> str:
@@ -163,10 +173,14 @@ def calibrate_set(s: PublicSet, folder: Path) -> tuple[Path, dict]:
     return cal, report["fit"]
 
 
-def _per_round(data: dict, published: dict, calibration: Path | None) -> dict[str, list[float]]:
+def _per_round(
+    data: dict, published: dict, calibration: Path | None, read_gbps: float | None = None
+) -> dict[str, list[float]]:
     scen = _truncated(data, published)
     if calibration is not None:
         scen["hardware"]["calibration"] = str(calibration.resolve())
+    if read_gbps is not None:
+        scen["hardware"].setdefault("storage", {})["read_gbps"] = read_gbps
     out = simulate(_scenario(scen, fast=False, rounds=None), base_dir=ROOT)
     return round_metrics(out.requests)
 
@@ -196,6 +210,29 @@ def run_set(s: PublicSet, out_dir: Path) -> tuple[list[RunResult], dict]:
     return rows, fit
 
 
+#: Store read rates (GB/s) the diagnostic tries on the calibrated runs with a store (None: the preset's).
+READ_GBPS = (None, 10.0, 5.0, 3.0)
+
+
+def store_read_sensitivity(s: PublicSet, out_dir: Path) -> list[dict]:
+    """Diagnostic, never applied: the calibrated mean TTFT error of each predicted run with a store at
+    other store read rates (what a GPU-only run cannot pin: it reads nothing from a store)."""
+    cal = out_dir / "calibrated" / s.name / "calibration.yaml"
+    out = []
+    for case_id, run in s.predict:
+        data, published = _case_run(case_id, run)
+        if not data.get("cache", {}).get("storage_backend"):
+            continue
+        pub = _derived(published)
+        mean = sum(pub["ttft_mean_s"]) / len(pub["ttft_mean_s"])
+        errs = {}
+        for bw in READ_GBPS:
+            t = _per_round(data, pub, cal, bw)["ttft_mean_s"]
+            errs["preset" if bw is None else f"{bw:g}"] = sum(t) / len(t) / mean - 1.0
+        out.append({"set": s.name, "run": f"{case_id}.{run}", "error_by_read_gbps": errs})
+    return out
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -210,13 +247,15 @@ def _verdict(r: RunResult) -> str:
 def table(rows: list[RunResult], fits: dict[str, dict]) -> str:
     """Markdown: per run the mean TTFT before and after, then per round; then each fit."""
     out = [
-        "| set | run | role | published mean TTFT (s) | presets | error | calibrated | error | 25% / 15% |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| set | run | role | published mean TTFT (s) | presets | error | calibrated | error | 25% / 15% "
+        "| per-round median abs. error, presets -> calibrated |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
             f"| {r.set} | {r.label} | {r.role} | {r.mean_published:.3f} | {r.mean_preset:.3f} | "
-            f"{_pct(r.err_preset)} | {r.mean_calibrated:.3f} | {_pct(r.err_calibrated)} | {_verdict(r)} |"
+            f"{_pct(r.err_preset)} | {r.mean_calibrated:.3f} | {_pct(r.err_calibrated)} | {_verdict(r)} | "
+            f"{100 * r.round_err_preset:.1f}% -> {100 * r.round_err_calibrated:.1f}% |"
         )
     out += ["", "## Per round (mean TTFT, s: published / presets / calibrated, calibrated error)", ""]
     out += ["| run | round | published | presets | calibrated | error | hit rate published / calibrated |"]
@@ -238,7 +277,26 @@ def table(rows: list[RunResult], fits: dict[str, dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_results(rows: list[RunResult], fits: dict[str, dict], out_dir: Path, command: str) -> None:
+def diagnostic_table(diag: list[dict]) -> str:
+    """Markdown: calibrated mean TTFT error of the store runs at other store read rates."""
+    if not diag:
+        return ""
+    keys = list(diag[0]["error_by_read_gbps"])
+    out = [
+        "",
+        "## Diagnostic, not applied: the store's read rate (calibrated mean TTFT error)",
+        "",
+        "| run | " + " | ".join(k if k == "preset" else f"{k} GB/s" for k in keys) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
+    for d in diag:
+        out.append(f"| {d['run']} | " + " | ".join(_pct(d["error_by_read_gbps"][k]) for k in keys) + " |")
+    return "\n".join(out) + "\n"
+
+
+def write_results(
+    rows: list[RunResult], fits: dict[str, dict], out_dir: Path, command: str, diag: list[dict] | None = None
+) -> None:
     """``calibrated.md`` and ``calibrated.json`` in ``out_dir``, each naming the command that made it."""
     head = (
         "# Calibrated on the GPU-only run, predicting the others\n\n"
@@ -246,8 +304,9 @@ def write_results(rows: list[RunResult], fits: dict[str, dict], out_dir: Path, c
         "'Calibrated on the GPU-only run'; each fit's input, scenario, calibration file and report under "
         "`results/validation/calibrated/<set>/`). Mean TTFT is over the published rounds.\n\n"
     )
-    (out_dir / "calibrated.md").write_text(head + table(rows, fits))
+    (out_dir / "calibrated.md").write_text(head + table(rows, fits) + diagnostic_table(diag or []))
     doc = {"command": command, "held": HELD, "goal": GOAL, "runs": [asdict(r) for r in rows], "fits": fits}
+    doc["store_read_diagnostic"] = diag or []
     (out_dir / "calibrated.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -264,14 +323,16 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(a.out)
     rows: list[RunResult] = []
     fits: dict[str, dict] = {}
+    diag: list[dict] = []
     for s in SETS:
         if a.sets and s.name not in a.sets:
             continue
         print(f"{s.name}: calibrating on {s.base[0]} {s.base[1]}".rstrip(), file=sys.stderr)
         got, fits[s.name] = run_set(s, out_dir)
         rows.extend(got)
-    write_results(rows, fits, out_dir, " ".join([COMMAND, *a.sets]))
-    print(table(rows, fits))
+        diag.extend(store_read_sensitivity(s, out_dir))
+    write_results(rows, fits, out_dir, " ".join([COMMAND, *a.sets]), diag)
+    print(table(rows, fits) + diagnostic_table(diag))
     held = {(s.name, lab) for s in SETS for lab in s.held}
     missed = [r for r in rows if (r.set, r.label) in held and abs(r.err_calibrated) > HELD]
     return 1 if missed else 0
