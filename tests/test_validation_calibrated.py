@@ -68,3 +68,6 @@ def test_cheapest_set_reproduces_the_committed_table(tmp_path: Path) -> None:
     assert fit["knobs"] == pytest.approx(COMMITTED["fits"][s.name]["knobs"], rel=1e-9)
     (l2,) = [r for r in rows if r.role == "predicted"]
     assert abs(l2.err_calibrated) <= HELD
+    for name in ("gpu_only_bench.txt", "gpu_only.yaml", "calibration.yaml"):
+        made = (tmp_path / "calibrated" / s.name / name).read_text()
+        assert made == (OUT_DIR / "calibrated" / s.name / name).read_text(), name
