@@ -35,6 +35,9 @@ from .sweep import Point, plan, run_sweep
 
 SIZE, POLICY, RULE, STORAGE = "cache.host_size_gb", "cache.write_policy", "cache.host_eviction", "cache.storage_backend"
 HIT, TTFT = "hit_rate.total", "ttft_s.p99"
+#: A timed row's overload verdict (summary.json ``saturation``, output/saturation.py): a saturated run's
+#: TTFT measures a queue that grows as long as requests arrive, so it never meets a target.
+VERDICT, SATURATED = "saturation.verdict", "saturated"
 TIERS = ("device", "host", "storage", "total")
 UPSTREAM_RULE = "evicted_only"  # SGLang's own host eviction; the other rules are hicache-sim's proposals
 # Host pool sizes tried by default, as multiples of the device pool (rounded to whole GB per rank,
@@ -170,10 +173,19 @@ def curve(table: pd.DataFrame) -> pd.DataFrame:
     return ordered(table).groupby(SIZE, sort=True).head(1).reset_index(drop=True)
 
 
+def saturated(row: pd.Series) -> bool:
+    """Whether a timed row's run was saturated (instant rows, and points timed before the verdict
+    existed, are not)."""
+    return row.get(VERDICT) == SATURATED
+
+
 def smallest_meeting(table: pd.DataFrame, target: Target, value: float) -> pd.Series | None:
-    """The first row of :func:`ordered` meeting ``value`` on the target's column, or None."""
+    """The first row of :func:`ordered` meeting ``value`` on the target's column and not saturated, or None."""
     t = ordered(table)
-    ok = t[t[target.column].map(lambda x: target.meets(x, value))]
+    meets = t[target.column].map(lambda x: target.meets(x, value))
+    if VERDICT in t:
+        meets &= t[VERDICT] != SATURATED
+    ok = t[meets]
     return None if ok.empty else ok.iloc[0]
 
 

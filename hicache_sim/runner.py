@@ -249,6 +249,7 @@ def run_timed_scenario(
         # the column order of rows built in memory: prompt_tokens last
         df = df[[c for c in df.columns if c != "prompt_tokens"] + ["prompt_tokens"]]
     table = Columns.from_frame(df)
+    series = Columns.from_frame(_frame(res.timeseries))
     summary = build_summary(
         table,
         warmup_fraction=sc.metrics.warmup_fraction,
@@ -260,9 +261,28 @@ def run_timed_scenario(
         warmup_requests=wl.warmup_requests,
         serving=wl.serving is not None,
         l3=_l3_block(r) if r.cache.storage else None,
+        saturation=_saturation_block(r, series, open_loop=_open_loop(wl)),
     )
     transfers = _frame(res.transfers) if record_transfers else None
-    return RunOutput(r, summary, table, Columns.from_frame(_frame(res.timeseries)), transfers)
+    return RunOutput(r, summary, table, series, transfers)
+
+
+def _open_loop(wl: Workload) -> bool:
+    """Whether arrivals ignore the server (a trace's times, a Poisson rate): not bench_multiturn's
+    clients, not bench_serving under a concurrency cap."""
+    capped = wl.serving is not None and wl.serving.max_concurrency is not None
+    return not (wl.closed_loop or capped)
+
+
+def _saturation_block(r: Resolved, series: Columns, *, open_loop: bool) -> Callable[[Columns, Columns, dict], dict]:
+    """summary.json's ``saturation`` of a timed run: offered load against the compute model's capacity."""
+
+    def block(measured: Columns, finished: Columns, throughput: dict) -> dict:
+        from .output.saturation import saturation_block
+
+        return saturation_block(r, measured, finished, series, open_loop=open_loop, served=throughput)
+
+    return block
 
 
 def _l3_block(r: Resolved) -> Callable[[Columns], dict]:
@@ -361,7 +381,10 @@ def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) 
             from .output.plots import run_figures
 
             name = out.resolved.scenario.name
-            run_figures(name, out.summary["mode"], out.request_columns, out.timeseries_columns, tmp)
+            summary = out.summary
+            run_figures(
+                name, summary["mode"], out.request_columns, out.timeseries_columns, tmp, summary.get("saturation")
+            )
             if "l3" in out.summary:
                 from .output.l3 import l3_figure
 

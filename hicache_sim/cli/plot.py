@@ -72,7 +72,10 @@ def _draw_run(folder: Path) -> list[Path]:
     ts_path, req_path = folder / "timeseries.parquet", folder / "requests.parquet"
     ts = _table(ts_path) if ts_path.is_file() else pd.DataFrame()
     req = _table(req_path) if req_path.is_file() else pd.DataFrame()
-    written = run_figures(_run_name(folder), mode, req, ts, folder)
+    saturation = summary.get("saturation")
+    written = run_figures(
+        _run_name(folder), mode, req, ts, folder, saturation if isinstance(saturation, dict) else None
+    )
     if not written:
         raise UserError(f"{folder}: nothing to draw (no rows in requests.parquet or timeseries.parquet)")
     return written

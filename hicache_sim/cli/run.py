@@ -24,6 +24,15 @@ def summary_line(name: str, s: dict) -> str:
     return line
 
 
+def saturation_warning(s: dict) -> str | None:
+    """The overload line of a timed run whose queue grows without bound (None otherwise)."""
+    if "saturation" not in s:
+        return None
+    from ..output.saturation import saturation_line
+
+    return saturation_line(s["saturation"])
+
+
 def _reasons(requests) -> str:
     reasons = sorted({str(r) for r in requests.get("reason", []) if r}) if len(requests) else []
     shown = "; ".join(reasons[:2]) + (f"; and {len(reasons) - 2} more reasons" if len(reasons) > 2 else "")
@@ -127,6 +136,9 @@ def run(
     if partial:
         typer.echo(f"warning: {partial}", err=True)
     typer.echo(summary_line(sc.name, result.summary))
+    saturated = saturation_warning(result.summary)
+    if saturated:
+        typer.echo(f"warning: {saturated}", err=True)
     if "rounds" in result.summary:
         typer.echo(rounds_table(result.summary["rounds"]))
     if "serving" in result.summary:

@@ -20,7 +20,9 @@ from ..advise import (
     UPSTREAM_RULE,
     Advice,
     curve,
+    saturated,
 )
+from .saturation import fits
 
 PROPOSAL_NOTE = (
     "host eviction {rule!r} is a hicache-sim proposal, not an SGLang option: SGLang has no flag for it "
@@ -39,6 +41,35 @@ def _hits(row: pd.Series) -> dict[str, float]:
     return {t: float(row[f"hit_rate.{t}"]) for t in TIERS}
 
 
+def saturation_record(row: pd.Series | None) -> dict[str, Any] | None:
+    """A timed row's ``saturation`` block, nested again from its flat columns (None: no timed row, or
+    one timed before the block existed)."""
+    if row is None or "saturation.verdict" not in row:
+        return None
+    out: dict[str, Any] = {}
+    for key, v in row.items():
+        if isinstance(key, str) and key.startswith("saturation."):
+            *path, last = key.split(".")[1:]
+            node = out
+            for p in path:
+                node = node.setdefault(p, {})
+            node[last] = None if isinstance(v, float) and v != v else (v.item() if hasattr(v, "item") else v)
+    return out
+
+
+def refusal(a: Advice) -> str | None:
+    """Why advise does not size from its timed runs: the one it would answer with is saturated (its TTFT
+    is a queue growing while requests arrive). None when the answer stands, or rests on instant mode
+    (a hit-rate target on a host cache: the saturated timed run only says its TTFT is the queue's)."""
+    on_timed = a.target.kind == "ttft_p99" or a.setup.buffer_only
+    if a.timed is None or not saturated(a.timed) or not on_timed:
+        return None
+    return (
+        f"the timed run at {int(a.chosen[SIZE])} GB per rank is saturated: its TTFT measures a queue that grows "
+        "while requests arrive, not the host size"
+    )
+
+
 def without_storage(a: Advice) -> pd.Series | None:
     """The best storage-off configuration at the chosen size (None when storage was not swept): what
     the storage tier adds there."""
@@ -52,9 +83,10 @@ def upstream_record(a: Advice) -> dict[str, Any]:
     """The upstream-rule answer as data: its instant hit rates (hit-rate target) or its timed ones
     and TTFT (TTFT target, where it is a timed row), and whether it meets the target."""
     u = a.upstream
-    rec: dict[str, Any] = {**_config(u), "meets_target": bool(a.target.meets(u[a.target.column], a.target_value))}
+    meets = a.target.meets(u[a.target.column], a.target_value) and not saturated(u)
+    rec: dict[str, Any] = {**_config(u), "meets_target": bool(meets)}
     if a.target.kind == "ttft_p99":
-        rec.update(hit_rate_timed=_hits(u), ttft_p99_s=float(u[TTFT]))
+        rec.update(hit_rate_timed=_hits(u), ttft_p99_s=float(u[TTFT]), saturated=saturated(u))
     else:
         rec["hit_rate_instant"] = _hits(u)
     return rec
@@ -79,6 +111,8 @@ def advice_dict(a: Advice, command: str, l3: dict[str, Any] | None = None) -> di
             "sglang_notes": a.launch[1],
             "sglang_supported": a.chosen[RULE] == UPSTREAM_RULE,
         },
+        "saturation": saturation_record(a.timed),
+        "refused": refusal(a),
         "upstream_rule": None if a.upstream is None else upstream_record(a),
         "without_storage": None if (w := without_storage(a)) is None else {**_config(w), "hit_rate_instant": _hits(w)},
         "confidence": confidence(a),
@@ -133,11 +167,20 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
             f"recommendation: {int(c[SIZE])} GB host memory per rank (x{a.setup.ranks} ranks = "
             f"{int(c[SIZE]) * a.setup.ranks} GB), the smallest tried that meets the target"
         )
+    elif refused := refusal(a):
+        lines.append(f"target NOT met, and no host size is advised: {refused}")
     else:
         lines.append(
             f"target NOT met by any host size up to {max(sizes)} GB per rank; "
             f"best reachable: {int(c[SIZE])} GB per rank"
         )
+    sat = saturation_record(a.timed)
+    if sat is not None and sat["verdict"] == "saturated":
+        o, cap = sat["offered"], sat["capacity"]["requests_per_s"]
+        against = f" against {cap:.2f} the compute model serves" if cap is not None else ""
+        util = f" (utilisation {sat['utilisation']:.2f})" if sat["utilisation"] is not None else ""
+        lines.append(f"  saturated: {o['requests_per_s']:.2f} requests/s offered{against}{util}")
+        lines.append(f"  {fits(sat)}: size the host for the load one instance takes")
     lines.append(
         f"  write policy {c[POLICY]}, host eviction {c[RULE]}" + (f", storage {c[STORAGE]}" if STORAGE in c else "")
     )
@@ -152,6 +195,7 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
         lines.append(
             f"  timed: hit rate total {t['total']:.3f} (device {t['device']:.3f}, host {t['host']:.3f}, "
             f"storage {t['storage']:.3f}); TTFT p50 {d['ttft_p50_s']:.3f} s, p99 {d['ttft_p99_s']:.3f} s"
+            + (" (the queue's, not the cache's)" if saturated(a.timed) else "")
         )
         if a.target.kind == "hit_rate" and a.met and not a.target.meets(t["total"], a.target_value):
             lines.append("  warning: under timed mode's load the hit rate falls below the target at this size")
@@ -162,14 +206,16 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
         lines.append(
             f"  without storage at {int(c[SIZE])} GB: best total hit rate {w[HIT]:.3f} ({w[POLICY]}, {w[RULE]})"
         )
-    lines.append(f"  SGLang: {a.launch[0]}")
+    lines.append(f"  SGLang{' (the refused point)' if refusal(a) else ''}: {a.launch[0]}")
     lines.extend(f"  note: {n}" for n in a.launch[1])
     if c[RULE] != UPSTREAM_RULE:
         lines.append("  note: " + PROPOSAL_NOTE.format(rule=c[RULE]))
         u = a.upstream
         if u is not None:
-            how = "meets it at" if a.target.meets(u[a.target.column], a.target_value) else "best reachable:"
+            meets = a.target.meets(u[a.target.column], a.target_value) and not saturated(u)
+            how = "meets it at" if meets else "best reachable:"
             ttft = f", TTFT p99 {u[TTFT]:.3f} s" if a.target.kind == "ttft_p99" else ""
+            ttft += " (saturated)" if saturated(u) else ""
             lines.append(
                 f"  with SGLang's upstream rule: {how} {int(u[SIZE])} GB per rank, {u[POLICY]}, "
                 f"hit rate {u[HIT]:.3f}{ttft}"

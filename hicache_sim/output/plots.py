@@ -125,10 +125,14 @@ def links_figure(ts: Columns, path: Path, title: str) -> None:
     _save(fig, path)
 
 
-def ttft_figure(requests: Columns, path: Path, title: str, window: int | None = None) -> bool:
+def ttft_figure(
+    requests: Columns, path: Path, title: str, window: int | None = None, saturation: dict | None = None
+) -> bool:
     """TTFT of every served request over its arrival time, with rolling p50 and p99 (timed runs): where
-    the queue builds and whether the cache tiers keep the tail down. False when there is nothing to draw.
-    Rolling quantiles by pandas (imported here: timed runs only)."""
+    the queue builds and whether the cache tiers keep the tail down. A saturated run (summary.json's
+    ``saturation``) is shaded from when its waiting queue began to grow to the last arrival, and its
+    title says so. False when there is nothing to draw. Rolling quantiles by pandas (imported here:
+    timed runs only)."""
     if "ttft_s" not in requests:
         return False
     req = requests.to_frame()
@@ -141,6 +145,12 @@ def ttft_figure(requests: Columns, path: Path, title: str, window: int | None = 
     roll = served["ttft_s"].rolling(window, min_periods=1)
     ax.plot(served["arrival_s"], roll.median(), color="tab:blue", label=f"p50 (rolling {window})")
     ax.plot(served["arrival_s"], roll.quantile(0.99), color="tab:red", linestyle="--", label=f"p99 (rolling {window})")
+    note = saturation_note(saturation)
+    if note is not None:
+        start = saturation["queue_growing_since_s"]
+        if start is not None:
+            ax.axvspan(start, saturation["last_arrival_s"], color="tab:red", alpha=0.1, label="queue growing")
+        title = f"{title}: {note}"
     ax.set_xlabel("arrival (simulated s)")
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
@@ -149,6 +159,14 @@ def ttft_figure(requests: Columns, path: Path, title: str, window: int | None = 
     ax.grid(alpha=0.3)
     _save(fig, path)
     return True
+
+
+def saturation_note(saturation: dict | None) -> str | None:
+    """The TTFT figure's title note of a saturated run (None otherwise)."""
+    if not saturation or saturation.get("verdict") != "saturated":
+        return None
+    util = saturation.get("utilisation")
+    return "SATURATED" + (f" (utilisation {util:.2f})" if util is not None else "")
 
 
 def rounds_figure(rounds: list[dict], path: Path, title: str) -> None:
@@ -184,9 +202,15 @@ def rounds_figure(rounds: list[dict], path: Path, title: str) -> None:
 
 
 def run_figures(
-    name: str, mode: str, requests: Columns | pd.DataFrame, timeseries: Columns | pd.DataFrame, folder: Path
+    name: str,
+    mode: str,
+    requests: Columns | pd.DataFrame,
+    timeseries: Columns | pd.DataFrame,
+    folder: Path,
+    saturation: dict | None = None,
 ) -> list[Path]:
-    """Figures of one run into ``folder`` (used by ``run`` and by ``plot``). Returns the files written."""
+    """Figures of one run into ``folder`` (used by ``run`` and by ``plot``; ``saturation``: summary.json's
+    block, marked on the TTFT figure). Returns the files written."""
     requests, timeseries = as_columns(requests), as_columns(timeseries)
     written = []
     if len(timeseries):
@@ -198,7 +222,9 @@ def run_figures(
     if len(requests):
         hit_rate_figure(requests, folder / "hit_rate.png", f"{name}: hit rate per tier")
         written.append(folder / "hit_rate.png")
-        if mode == "timed" and ttft_figure(requests, folder / "ttft.png", f"{name}: time to first token"):
+        if mode == "timed" and ttft_figure(
+            requests, folder / "ttft.png", f"{name}: time to first token", saturation=saturation
+        ):
             written.append(folder / "ttft.png")
         if "round" in requests:
             rounds_figure(per_round(requests, mode == "timed"), folder / "rounds.png", f"{name}: per round")

@@ -14,6 +14,7 @@ import numpy as np
 from .columns import Columns, as_columns
 from .rounds import SCOPE as ROUNDS_SCOPE
 from .rounds import per_round
+from .saturation import SCOPE as SATURATION_SCOPE
 from .serving import SCOPE as SERVING_SCOPE
 from .serving import serving_metrics
 
@@ -44,6 +45,7 @@ SCOPES = {
     "links": "whole run: busy time and bytes per link",
     "rounds": ROUNDS_SCOPE,
     "serving": SERVING_SCOPE,
+    "saturation": SATURATION_SCOPE,
     "l3": "load_vs_recompute: one request on an idle server, its prefix shape from the window's finished "
     "requests that read from L3; with_without: a second run without the store (hicache-sim advise)",
 }
@@ -98,10 +100,13 @@ def build_summary(
     warmup_requests: int = 0,
     serving: bool = False,
     l3: Callable[[Columns], dict] | None = None,
+    saturation: Callable[[Columns, Columns, dict], dict] | None = None,
 ) -> dict:
     """The summary dict. ``requests`` has one row per request in arrival order (see runner); the first
     ``warmup_requests`` are the workload's warm-up; ``serving`` adds bench_serving's block (timed);
-    ``l3`` makes the storage verdict's block from the window's finished requests (runs with a store)."""
+    ``l3`` makes the storage verdict's block from the window's finished requests (runs with a store);
+    ``saturation`` the overload block from the window's requests, its finished ones and the throughput
+    (timed runs: :mod:`hicache_sim.output.saturation`)."""
     requests = as_columns(requests)
     win = window_of(len(requests), warmup_fraction, warmup_requests)
     measured = requests.take(slice(win["first_request"], None))
@@ -142,6 +147,8 @@ def build_summary(
         }
         summary["sim_time_s"] = span
         summary["links"] = timed["links"]
+        if saturation is not None:
+            summary["saturation"] = saturation(measured, finished, summary["throughput"])
     if "round" in requests:
         summary["rounds"] = per_round(requests, timed is not None)
     if serving and timed is not None:
