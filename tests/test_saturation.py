@@ -173,3 +173,18 @@ def test_advise_refuses_to_size_from_a_saturated_run(tmp_path: Path):
     d = json.loads((tmp_path / "b" / "advice.json").read_text(encoding="utf-8"))
     assert d["target"]["met"] is True and d["refused"] is None and d["saturation"]["verdict"] == "within capacity"
     assert "saturated" not in r.output
+
+
+def test_the_readme_run_prints_what_the_readme_quotes(tmp_path):
+    """The README's from-sglang flow (the Mooncake conversation trace at its own rate on one H200): the
+    summary line and the saturation warning the README quotes are what ``run`` prints."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    quoted = readme.split("$ hicache-sim run s.yaml\n", 1)[1].split("\n```", 1)[0].splitlines()
+    sc = tmp_path / "s.yaml"
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct"]
+    r = invoke("from-sglang", "--out", sc, "--", *launch, "--page-size", 64, "--enable-hicache")
+    assert r.exit_code == 0, r.output
+    r = invoke("run", sc, "--out", tmp_path / "out", "--no-figures")
+    assert r.exit_code == 0, r.output
+    printed = r.output.splitlines()
+    assert len(quoted) == 2 and all(line in printed for line in quoted), (quoted, printed)
