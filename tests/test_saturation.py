@@ -109,6 +109,11 @@ def test_a_closed_loop_is_not_judged():
     assert s["verdict"] == "closed loop" and s["rules_fired"] == []
 
 
+def test_one_request_has_no_rate_to_judge():
+    s = simulate(build_scenario(scenario(ABOVE, 1), "test", [])).summary["saturation"]
+    assert s["verdict"] == "unknown" and s["utilisation"] is None and s["offered"]["requests_per_s"] is None
+
+
 def test_same_scenario_same_bytes():
     a = simulate(build_scenario(scenario(ABOVE, 150), "test", [])).summary
     b = simulate(build_scenario(scenario(ABOVE, 150), "test", [])).summary

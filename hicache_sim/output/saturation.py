@@ -37,7 +37,9 @@ only as fast as it is answered: its queue is bounded by its clients, and the rul
 
 Other numbers of the block: offered and served rates (requests/s, prompt tokens/s), the share of TTFT
 spent queueing, when the waiting queue last emptied before the last arrival (after that it only grew),
-and ``instances_needed``, the smallest count ``k`` with ``rho / k < 1``.
+and ``instances_needed``, the smallest count ``k`` with ``rho / k < 1`` (each instance taking ``1 / k`` of
+the traffic with the same hit rate). A window of fewer than two arrivals, or with nothing served, has
+no rate: ``unknown``.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ RULES: tuple[Rule, ...] = (
 BELOW: tuple[tuple[float, str], ...] = ((RHO_NEAR, "near capacity"), (0.0, "within capacity"))
 CLOSED = "closed loop"
 SATURATED = "saturated"
+#: No rate to judge: fewer than two arrivals in the window, or nothing served.
+UNKNOWN = "unknown"
 
 
 def _budget(r: Resolved) -> int:
@@ -220,8 +224,10 @@ def saturation_block(
         verdict = CLOSED
     elif fired:
         verdict = SATURATED
+    elif util is None:
+        verdict = UNKNOWN
     else:
-        verdict = next(v for lo, v in BELOW if util is None or util >= lo)
+        verdict = next(v for lo, v in BELOW if util >= lo)
     rho = max(x for x in (util, None if slope is None else 1.0 + slope, 0.0) if x is not None)
     start = float(arrivals.min()) if n else 0.0
     end = float(arrivals.max()) if n else 0.0
