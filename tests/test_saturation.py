@@ -63,7 +63,7 @@ def test_just_above_capacity_is_flagged(rate, rules):
     assert s["verdict"] == "saturated" and s["rules_fired"] == rules
     assert s["wait_growth_s_per_s"] > 0  # the queue does grow: the model's verdict is the run's
     assert s["offered"]["requests_per_s"] > s["served"]["requests_per_s"]
-    assert s["instances_needed"] == 2
+    assert s["instances_needed"] == 2 and s["instances_within_capacity"] == 2  # rho / 2 < 0.8 too
     assert s["queue_growing_since_s"] is not None and s["queue_growing_since_s"] < s["last_arrival_s"]
     assert "saturated" in sat.saturation_line(s) and "2 instances fit this load" in sat.saturation_line(s)
 

@@ -38,7 +38,8 @@ only as fast as it is answered: its queue is bounded by its clients, and the rul
 Other numbers of the block: offered and served rates (requests/s, prompt tokens/s), the share of TTFT
 spent queueing, when the waiting queue last emptied before the last arrival (after that it only grew),
 and ``instances_needed``, the smallest count ``k`` with ``rho / k < 1`` (each instance taking ``1 / k`` of
-the traffic with the same hit rate). A window of fewer than two arrivals, or with nothing served, has
+the traffic with the same hit rate; ``instances_within_capacity``: with ``rho / k < RHO_NEAR``, where
+queueing no longer dominates TTFT). A window of fewer than two arrivals, or with nothing served, has
 no rate: ``unknown``.
 """
 
@@ -243,6 +244,7 @@ def saturation_block(
         "queue_growing_since_s": _queue_since(timeseries, start, end) if verdict == SATURATED else None,
         "last_arrival_s": end,
         "instances_needed": math.floor(rho) + 1 if verdict == SATURATED else 1,
+        "instances_within_capacity": math.floor(rho / RHO_NEAR) + 1 if verdict == SATURATED else 1,
         "rule": f"saturated when rho >= {RHO_UNSTABLE:g} (compute model) or queueing delay grows at >= "
         f"{WAIT_SLOPE_UNSTABLE:g} s/s (measured rho - 1); near capacity at rho >= {RHO_NEAR:g}",
     }
@@ -271,9 +273,10 @@ def saturation_line(s: dict) -> str | None:
 
 def fits(s: dict) -> str:
     """What load would fit: the instances that bring utilisation under 1, or the rate one can take."""
-    k = s["instances_needed"]
+    k, calm = s["instances_needed"], s.get("instances_within_capacity", s["instances_needed"])
     util = s["utilisation"]
-    each = f" (utilisation {util / k:.2f} each)" if util is not None else ""
+    below = f"; {calm} for under {RHO_NEAR:g}" if calm > k else ""
+    each = f" (utilisation {util / k:.2f} each{below})" if util is not None else ""
     rate = s["capacity"]["requests_per_s"]
     one = f", or one at under {rate:.2f} requests/s" if rate is not None else ""
     return f"{k} instances fit this load{each}{one}"
