@@ -259,12 +259,15 @@ def advice_figure(a: Advice, path: Path, title: str) -> None:
         color="tab:red",
         markersize=16,
         label=f"chosen: {int(a.chosen[SIZE])} GB, {a.chosen[POLICY]}, {a.chosen[RULE]}"
-        + ("" if a.met else " (target not met)"),
+        + ("" if a.met else " (refused: saturated)" if refusal(a) else " (target not met)"),
     )
     if a.timed_table is not None and a.target.kind == "ttft_p99":
         ax2 = ax.twinx()
         t = a.timed_table.sort_values(SIZE)
         ax2.plot(t[SIZE], t[TTFT], "s:", color="tab:purple", label="TTFT p99 (timed)")
+        over = t[t.apply(saturated, axis=1)]
+        if not over.empty:
+            ax2.plot(over[SIZE], over[TTFT], "x", color="tab:red", markersize=10, label="saturated: the queue's TTFT")
         ax2.axhline(a.target_value, color="tab:purple", linestyle="--", linewidth=1)
         ax2.set_ylabel("TTFT p99 (s), timed")
         ax2.legend(loc="lower right", fontsize=8)
