@@ -157,7 +157,7 @@ def input_format(path: Path, given: str) -> str:
 def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: float, seed: int) -> None:
     """Fit the compute knobs an SGLang server log pins for ``scenario``; write the calibration file
     (the scenario's own calibration file's other entries carried over)."""
-    from ..calibration.file import Calibration, is_calibration_file
+    from ..calibration.file import is_calibration_file
     from ..calibration.logfit import fit_log
     from ..calibration.serverlog import parse_server_log
     from ..output.write import atomic_write, check_file_target
@@ -168,8 +168,7 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
             raise UserError(f"{log}: a server log needs --scenario (the model x GPU x TP it ran)")
         if not 0 <= holdout < 1:
             raise UserError(f"--holdout {holdout}: expected a share in [0, 1)")
-        if out.is_dir():
-            raise UserError(f"--out {out}: is a folder; give a file name such as {out / 'calibration.yaml'}")
+        _not_a_folder(out)
         check_file_target(out, is_calibration_file)
     with user_errors(scenario):
         r = resolve(load_scenario(scenario))
@@ -181,19 +180,11 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
         fit = fit_log(r, parsed.intervals, holdout=holdout, seed=seed)
     counts = {k: sum(iv.kind == k for iv in parsed.intervals) for k in ("decode", "prefill")}
     held = ", ".join(f"{k} median {m:.1f} % p90 {p:.1f} %" for k, (m, p) in fit.holdout_ape.items())
-    base = r.calibration
-    cal = Calibration(
-        device=f"{r.gpu.name} {r.model.name} tp{r.scenario.hardware.tp}",
-        source=(
-            f"hicache-sim calibrate {log.name} --scenario {Path(scenario).name} --holdout {holdout} --seed {seed}: "
-            f"{counts['decode']} decode, {counts['prefill']} prefill intervals; held-out {held or 'none'}"
-        ),
-        groups=dict(base.groups) if base else {},
-        errors=dict(base.errors) if base else {},
-        compute={**(base.compute if base else {}), **{k: round(v, 6) for k, v in fit.knobs.items()}},
+    source = (
+        f"hicache-sim calibrate {log.name} --scenario {Path(scenario).name} --holdout {holdout} --seed {seed}: "
+        f"{counts['decode']} decode, {counts['prefill']} prefill intervals; held-out {held or 'none'}"
     )
-    atomic_write(out, cal.save)
-    given = r.scenario.hardware.model_fields_set
+    atomic_write(out, _fitted_calibration(r, source, fit.knobs).save)
     for kind in ("decode", "prefill"):
         typer.echo(
             f"{kind}: {counts[kind]} intervals ({fit.n_fit.get(kind, 0)} fitted, {fit.n_holdout.get(kind, 0)} held out)"
@@ -208,10 +199,37 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
         typer.echo(f"not pinned: {k}: {why}")
     for why, n in sorted(parsed.skipped.items()):
         typer.echo(f"unused line pairs: {n} x {why}")
-    for k in fit.knobs:
-        if k in given or (k in ("linear_mfu", "attention_mfu") and r.scenario.hardware.mfu is not None):
-            typer.echo(f"warning: {scenario} sets {k} itself; it keeps its own value over this file", err=True)
+    _warn_overridden(r, scenario, fit.knobs)
     typer.echo(f"wrote {out}")
+
+
+def _not_a_folder(out: Path) -> None:
+    """``--out`` names the calibration file itself."""
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a folder; give a file name such as {out / 'calibration.yaml'}")
+
+
+def _fitted_calibration(r, source: str, knobs: dict[str, float]):
+    """The calibration file of fitted compute ``knobs`` for the resolved scenario ``r``: its own
+    calibration file's link groups, errors and other compute entries carried over."""
+    from ..calibration.file import Calibration
+
+    base = r.calibration
+    return Calibration(
+        device=f"{r.gpu.name} {r.model.name} tp{r.scenario.hardware.tp}",
+        source=source,
+        groups=dict(base.groups) if base else {},
+        errors=dict(base.errors) if base else {},
+        compute={**(base.compute if base else {}), **{k: round(v, 6) for k, v in knobs.items()}},
+    )
+
+
+def _warn_overridden(r, scenario: str, knobs: dict[str, float]) -> None:
+    """Warn of each fitted knob the scenario sets itself (its own value wins over the file)."""
+    hw = r.scenario.hardware
+    for k in knobs:
+        if k in hw.model_fields_set or (k in ("linear_mfu", "attention_mfu") and hw.mfu is not None):
+            typer.echo(f"warning: {scenario} sets {k} itself; it keeps its own value over this file", err=True)
 
 
 #: Benchmark -> the scenario's workload.kind that reproduces it, and the field that sets its request count.
@@ -248,7 +266,7 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
 
     from ..calibration.benchfit import UNITS, check_bench, fit_bench, not_simulated, report_markdown, table_lines
     from ..calibration.benchresult import read_bench_result
-    from ..calibration.file import Calibration, is_calibration_file
+    from ..calibration.file import is_calibration_file
     from ..output.write import atomic_write, check_file_target
     from ..scenario import load_scenario, resolve, resolve_builtin
     from ..workloads.build import build_workload
@@ -256,8 +274,7 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
     with user_errors(str(result_path)):
         if scenario is None:
             raise UserError(f"{result_path}: a benchmark result needs --scenario (the scenario that reproduces it)")
-        if out.is_dir():
-            raise UserError(f"--out {out}: is a folder; give a file name such as {out / 'calibration.yaml'}")
+        _not_a_folder(out)
         if not check:
             check_file_target(out, is_calibration_file)
         stem = out.with_suffix("")
@@ -324,23 +341,13 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
             typer.echo(f"not pinned: {k}: {why}")
     written = []
     if not check and fit is not None:
-        base = r.calibration
         targets = ", ".join(f"{fit.levers[g]} on {fit.targets[g]}" for g in fit.levers) or "nothing"
-        cal = Calibration(
-            device=f"{r.gpu.name} {r.model.name} tp{sc.hardware.tp}",
-            source=(
-                f"hicache-sim calibrate {result_path.name} --scenario {Path(scenario).name}: {fmt} line {result.line}; "
-                f"fitted {targets}" + (f"; figures not fitted: median |error| {unused[0]:.1f} %" if unused else "")
-            ),
-            groups=dict(base.groups) if base else {},
-            errors=dict(base.errors) if base else {},
-            compute={**(base.compute if base else {}), **{k: round(v, 6) for k, v in fit.knobs.items()}},
+        source = (
+            f"hicache-sim calibrate {result_path.name} --scenario {Path(scenario).name}: {fmt} line {result.line}; "
+            f"fitted {targets}" + (f"; figures not fitted: median |error| {unused[0]:.1f} %" if unused else "")
         )
-        written.append(atomic_write(out, cal.save))
-        given = sc.hardware.model_fields_set
-        for k in fit.knobs:
-            if k in given or (k in ("linear_mfu", "attention_mfu") and sc.hardware.mfu is not None):
-                typer.echo(f"warning: {scenario} sets {k} itself; it keeps its own value over this file", err=True)
+        written.append(atomic_write(out, _fitted_calibration(r, source, fit.knobs).save))
+        _warn_overridden(r, scenario, fit.knobs)
     if reports:
         md = report_markdown(f"{REPORT_HEAD[2:]}: {result_path.name}", meta, before, fit)
         data = {"kind": REPORT_KIND, "version": 1, "result": str(result_path), "format": fmt, "line": result.line}
