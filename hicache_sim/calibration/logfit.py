@@ -74,7 +74,7 @@ def step_seconds(model: ComputeModel, iv: Interval) -> float:
     """What the timed world charges for one step of the interval's shape (as ``sim/engine.py``)."""
     if iv.kind == "decode":
         b, kv = iv.shape
-        return model.step_overhead_s * min(model.pp, b) + model.decode_time(int(b), round(kv))
+        return model.decode_step_s(int(b), round(kv))
     n, new, cached = iv.shape
     n = max(1, int(n))
     return model.step_overhead_s + model.prefill_time([(new / n, cached / n)] * n)

@@ -126,7 +126,6 @@ class Demand:
         self.budget = max(1, budget)
         self.batch = max(1, decode_batch)
         self.overhead = compute.step_overhead_s
-        self.pp = getattr(compute, "pp", 1)
         self._memo: dict[tuple[int, int, int], float] = {}
 
     def __call__(self, prompt: int, cached: int, output: int) -> float:
@@ -153,8 +152,7 @@ class Demand:
             return 0.0
         b = self.batch
         ctx = prompt + output // 2
-        step = self.compute.decode_time(b, b * ctx) + self.overhead * min(self.pp, b)
-        return (output - 1) * step / b
+        return (output - 1) * self.compute.decode_step_s(b, b * ctx) / b
 
 
 def demand_model(r: Resolved, mean_tokens: float) -> Demand:

@@ -375,6 +375,11 @@ class ComputeModel:
         micro = min(self.pp, batch_size)
         return self.pp * self._decode_stage(batch_size / micro, kv_tokens / micro)
 
+    def decode_step_s(self, batch_size: int, kv_tokens: int) -> float:
+        """One decode step as the engine charges it (``sim/engine.py``): ``decode_time`` and the
+        scheduler's ``step_overhead_s`` once per micro-batch."""
+        return self.step_overhead_s * min(self.pp, batch_size) + self.decode_time(batch_size, kv_tokens)
+
     def _decode_stage(self, batch: float, kv_tokens: float) -> float:
         p = self.params
         memory = self.weights_read(batch) + kv_tokens * p.kv_bytes_per_token
