@@ -402,8 +402,8 @@ def _unused_error(fit) -> tuple[float, int, str] | None:
     ]
     if not rows:
         return None
-    errs = sorted(abs(row["error_pct"]) for row in rows)
-    mid = len(errs) // 2
-    median = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+    import statistics
+
+    median = statistics.median(abs(row["error_pct"]) for row in rows)
     worst = max(rows, key=lambda row: abs(row["error_pct"]))
     return median, len(rows), f"{worst['figure']} {worst['error_pct']:+.1f} %"
