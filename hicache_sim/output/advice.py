@@ -79,12 +79,17 @@ def without_storage(a: Advice) -> pd.Series | None:
     return None if t.empty else curve(t).iloc[0]
 
 
+def upstream_meets(a: Advice) -> bool:
+    """Whether the upstream-rule answer meets the target (a saturated timed row never does)."""
+    u = a.upstream
+    return bool(a.target.meets(u[a.target.column], a.target_value) and not saturated(u))
+
+
 def upstream_record(a: Advice) -> dict[str, Any]:
     """The upstream-rule answer as data: its instant hit rates (hit-rate target) or its timed ones
     and TTFT (TTFT target, where it is a timed row), and whether it meets the target."""
     u = a.upstream
-    meets = a.target.meets(u[a.target.column], a.target_value) and not saturated(u)
-    rec: dict[str, Any] = {**_config(u), "meets_target": bool(meets)}
+    rec: dict[str, Any] = {**_config(u), "meets_target": upstream_meets(a)}
     if a.target.kind == "ttft_p99":
         rec.update(hit_rate_timed=_hits(u), ttft_p99_s=float(u[TTFT]), saturated=saturated(u))
     else:
@@ -212,8 +217,7 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
         lines.append("  note: " + PROPOSAL_NOTE.format(rule=c[RULE]))
         u = a.upstream
         if u is not None:
-            meets = a.target.meets(u[a.target.column], a.target_value) and not saturated(u)
-            how = "meets it at" if meets else "best reachable:"
+            how = "meets it at" if upstream_meets(a) else "best reachable:"
             ttft = f", TTFT p99 {u[TTFT]:.3f} s" if a.target.kind == "ttft_p99" else ""
             ttft += " (saturated)" if saturated(u) else ""
             lines.append(
