@@ -130,11 +130,6 @@ def foreign_server(text_lines: list[str]) -> tuple[int, str] | None:
     return None
 
 
-def is_sglang_log(text_lines: list[str]) -> bool:
-    """Whether the text holds at least one SGLang scheduler line (format detection)."""
-    return any(LINE.search(line) for line in text_lines)
-
-
 def parse_line(text: str, lineno: int, path: str) -> LogLine | None:
     """A scheduler line's figures, None for any other line; a cut-off line is refused."""
     m = LINE.search(text)
