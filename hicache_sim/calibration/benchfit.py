@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..scenario import Resolved
-from .benchresult import MULTITURN, SERVING, BenchResult
+from .benchresult import MULTITURN, SERVING, SERVING_STATS, BenchResult
 from .file import COMPUTE_FIELDS
 
 MIN_SENSITIVITY = 0.02  # |d log(target) / d log(lever)| below which a lever is not pinned
@@ -123,22 +123,12 @@ def levers(r: Resolved, start: dict[str, float]) -> dict[str, list[Lever]]:
 # What the simulator gives for each figure the benchmark prints
 
 
-def _stats(values: list[float], scale: float, keys: tuple[str, ...]) -> dict[str, float]:
-    import numpy as np
-
-    a = np.asarray(values, dtype=float) * scale
-    if a.size == 0:
-        return {}
-    got = {"mean": float(a.mean()), "median": float(np.median(a)), "max": float(a.max())}
-    for q in (90, 95, 99):
-        got[f"p{q}"] = float(np.percentile(a, q))
-    return {k: got[k] for k in keys}
-
-
 def serving_figures(rows) -> dict[str, float]:
     """bench_serving's figures from a run's measured rows (warm-up dropped), as its ``calculate_metrics``
     defines them; ITL only as its mean (the simulator has no per-token times: the mean of a request's
     gaps is its TPOT, token-weighted over the run)."""
+    from ..output.serving import stats_ms
+
     done = rows.take(rows["status"] == "finished") if "status" in rows else rows
     n = len(done)
     if not n:
@@ -150,7 +140,6 @@ def serving_figures(rows) -> dict[str, float]:
     duration = max(float(done["finish_s"].max() - done["arrival_s"].min()), 1e-9)
     total_in = float(done["prompt_tokens"].sum())
     total_out = float(sum(outs))
-    stats = ("mean", "median", "p90", "p95", "p99")
     out = {
         "completed": float(n),
         "duration": duration,
@@ -163,7 +152,7 @@ def serving_figures(rows) -> dict[str, float]:
         "concurrency": sum(e2e) / duration,
     }
     for name, vals in (("ttft", ttft), ("e2e_latency", e2e), ("tpot", [t / k for t, k in decode])):
-        out.update({f"{s}_{name}_ms": v for s, v in _stats(vals, 1000.0, stats).items()})
+        out.update({f"{s}_{name}_ms": v for s, v in stats_ms(vals, SERVING_STATS).items() if v is not None})
     if decode:
         out["mean_itl_ms"] = 1000.0 * sum(t for t, _ in decode) / sum(k for _, k in decode)
     cached = sum(float(done[f"{t}_hit_tokens"].sum()) for t in ("device", "host", "storage"))

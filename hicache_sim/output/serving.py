@@ -19,11 +19,21 @@ SCOPE = (
 )
 
 
-def _stats_ms(values: Sequence[float]) -> dict:
+def stats_ms(values: Sequence[float], keys: Sequence[str] = ("mean", "median", "p99")) -> dict:
+    """``values`` (seconds) in ms, each of ``keys`` (mean, median, ``p<q>``) as bench_serving computes it
+    (``np.mean``, ``np.median``, ``np.percentile``); None each when there are no values."""
     a = np.asarray(values, dtype=float) * 1000.0
     if a.size == 0:
-        return {"mean": None, "median": None, "p99": None}
-    return {"mean": float(a.mean()), "median": float(np.median(a)), "p99": float(np.percentile(a, 99))}
+        return dict.fromkeys(keys)
+    out = {}
+    for k in keys:
+        if k == "mean":
+            out[k] = float(a.mean())
+        elif k == "median":
+            out[k] = float(np.median(a))
+        else:
+            out[k] = float(np.percentile(a, int(k.removeprefix("p"))))
+    return out
 
 
 def serving_metrics(measured: Columns) -> dict:
@@ -53,9 +63,9 @@ def serving_metrics(measured: Columns) -> dict:
         "input_token_throughput": per_s(total_in),
         "output_token_throughput": per_s(total_out),
         "concurrency": per_s(sum(e2e)),
-        "ttft_ms": _stats_ms(ttft),
-        "tpot_ms": _stats_ms(tpot),
-        "e2e_latency_ms": _stats_ms(e2e),
+        "ttft_ms": stats_ms(ttft),
+        "tpot_ms": stats_ms(tpot),
+        "e2e_latency_ms": stats_ms(e2e),
     }
 
 
