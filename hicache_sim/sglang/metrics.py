@@ -509,8 +509,8 @@ def expose(sim: SimFigures, version: str = "0.5.23", *, model: str = "model") ->
     """The ``/metrics`` text a server of sglang ``version`` would export had it done exactly what the
     simulation did (one TP rank; only the compared figures, each sample as that version labels it)."""
     out: list[str] = []
+    per_tier = version in LABELLED[(_CACHED, "cache_source")]
     for fig in FIGURES:
-        per_tier = version in LABELLED[(_CACHED, "cache_source")]
         if not exported(fig, version) or (fig.key == "cached share, all tiers" and per_tier):
             continue
         value = fig.simulated(sim, version)
