@@ -22,7 +22,7 @@ from ..advise import (
     curve,
     saturated,
 )
-from .saturation import fits
+from .saturation import SATURATED, fits
 
 PROPOSAL_NOTE = (
     "host eviction {rule!r} is a hicache-sim proposal, not an SGLang option: SGLang has no flag for it "
@@ -180,7 +180,7 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
             f"best reachable: {int(c[SIZE])} GB per rank"
         )
     sat = saturation_record(a.timed)
-    if sat is not None and sat["verdict"] == "saturated":
+    if sat is not None and sat["verdict"] == SATURATED:
         o, cap = sat["offered"], sat["capacity"]["requests_per_s"]
         against = f" against {cap:.2f} the compute model serves" if cap is not None else ""
         util = f" (utilisation {sat['utilisation']:.2f})" if sat["utilisation"] is not None else ""

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from .columns import Columns, as_columns
 from .rounds import per_round
+from .saturation import SATURATED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,7 +164,7 @@ def ttft_figure(
 
 def saturation_note(saturation: dict | None) -> str | None:
     """The TTFT figure's title note of a saturated run (None otherwise)."""
-    if not saturation or saturation.get("verdict") != "saturated":
+    if not saturation or saturation.get("verdict") != SATURATED:
         return None
     util = saturation.get("utilisation")
     return "SATURATED" + (f" (utilisation {util:.2f})" if util is not None else "")
