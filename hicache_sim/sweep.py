@@ -1,14 +1,18 @@
 """Parameter sweeps: the grid of a scenario's ``sweep`` mapping, run on local processes or a Dask
 distributed cluster, resumable (each finished point is a file; a rerun skips it), gathered into one
-table with the standard figures."""
+table with the standard figures. Ctrl-C stops a sweep at once: local workers ignore SIGINT and are
+terminated by the parent, pending Dask tasks are cancelled, finished points stay (:class:`SweepInterrupted`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +104,91 @@ def run_point(base: dict, source: str, overrides: list[str], base_dir: str | Non
 
 class SweepFolderError(OutputError):
     """A sweep folder that cannot be resumed as asked (made from another base scenario)."""
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep: no worker is left, ``kept`` of ``total`` points are in ``folder/points``
+    (every file whole), and rerunning the same call resumes from them."""
+
+    def __init__(self, folder: Path, kept: int, total: int) -> None:
+        super().__init__(f"{folder}: {kept} of {total} points kept")
+        self.folder, self.kept, self.total = folder, kept, total
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C reaches the whole foreground process group, and only the parent acts
+    on it (it terminates the workers); SIGINT was held back from fork until now (see :class:`_Pool`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold SIGINT back in this thread while the body runs (a worker being started, a point being
+    saved); one that arrives meanwhile is raised as KeyboardInterrupt right after it."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore further Ctrl-C while stopping (a second one must not interrupt the clean-up)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+class _Pool(ProcessPoolExecutor):
+    """A process pool whose workers ignore SIGINT: each is started with SIGINT blocked (inherited over
+    fork) and its initializer ignores it before unblocking, so Ctrl-C never lands in a worker."""
+
+    def __init__(self, max_workers: int) -> None:
+        super().__init__(max_workers=max_workers, initializer=_ignore_sigint)
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        with _sigint_held():  # workers start in the first submit(s)
+            return super().submit(fn, *args, **kwargs)
+
+    def stop(self) -> None:
+        """Cancel every queued call, terminate the workers (a running point is dropped) and wait for
+        them and the pool's thread to end; SIGINT is ignored meanwhile."""
+        with _sigint_ignored():
+            procs = list((getattr(self, "_processes", None) or {}).values())
+            for proc in procs:
+                if proc.is_alive():
+                    proc.terminate()
+            for proc in procs:
+                proc.join(5.0)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+            self.shutdown(wait=True, cancel_futures=True)  # the manager thread sees the dead workers and ends
+
+
+@contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """``workers`` local processes that ignore Ctrl-C. When the body raises (KeyboardInterrupt or an
+    error), queued calls are cancelled and the workers terminated before it propagates: nothing keeps
+    running and no process is left; a normal exit waits for the calls as usual."""
+    ex = _Pool(workers)
+    try:
+        yield ex
+    except BaseException:
+        ex.stop()
+        raise
+    ex.shutdown(wait=True)
 
 
 MANIFEST = "sweep.json"
@@ -245,30 +334,33 @@ def run_sweep(
         write_text_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n")
         todo = [p for p in planned if not _done(points_dir, p)]
         skipped = len(planned) - len(todo)
+        saved: list[PlannedPoint] = []
 
         def save(p: PlannedPoint, row: dict) -> None:
             row = {"point": p.file_id, **dict(p.point.overrides), **row, "identity": p.identity}
-            write_text_atomic(points_dir / f"{p.file_id}.json", json.dumps(row, indent=1, default=str) + "\n")
+            with _sigint_held():  # a point is saved and counted whole, or not at all
+                write_text_atomic(points_dir / f"{p.file_id}.json", json.dumps(row, indent=1, default=str) + "\n")
+                saved.append(p)
             if on_point is not None:
                 on_point()
 
-        if client is not None:
-            from dask.distributed import as_completed as dask_completed
-
-            futs = {client.submit(run_point, base, source, p.set_args, base_dir, pure=False): p for p in todo}
-            for fut in dask_completed(futs):
-                save(futs[fut], fut.result())
-        elif workers > 1 and len(todo) > 1:
-            with ProcessPoolExecutor(max_workers=workers) as ex:
-                futs = {ex.submit(run_point, base, source, p.set_args, base_dir): p for p in todo}
-                for fut in as_completed(futs):
-                    save(futs[fut], fut.result())
-        else:
-            for p in todo:
-                save(p, run_point(base, source, p.set_args, base_dir))
+        try:
+            if client is not None:
+                _run_dask(client, todo, save, base, source, base_dir)
+            elif workers > 1 and len(todo) > 1:
+                with worker_pool(workers) as ex:
+                    futs = {ex.submit(run_point, base, source, p.set_args, base_dir): p for p in todo}
+                    for fut in as_completed(futs):
+                        save(futs[fut], fut.result())
+            else:
+                for p in todo:
+                    save(p, run_point(base, source, p.set_args, base_dir))
+        except KeyboardInterrupt:
+            raise SweepInterrupted(out_dir, skipped + len(saved), len(planned)) from None
     finally:
         if client is not None:
-            client.close()
+            with _sigint_ignored():
+                client.close()
     rows = []
     for p in planned:
         row = json.loads((points_dir / f"{p.file_id}.json").read_text(encoding="utf-8"))
@@ -280,6 +372,23 @@ def run_sweep(
     write_parquet(table, out_dir / "sweep.parquet")
     write_text_atomic(out_dir / "sweep.csv", table.to_csv(index=False))
     return SweepResult(table, len(todo), skipped, out_dir, keys or list(base.get("sweep") or {}))
+
+
+def _run_dask(client, todo: list[PlannedPoint], save, base: dict, source: str, base_dir: str | None) -> None:
+    """Run ``todo`` on the cluster, saving each as it finishes. Ctrl-C cancels every task not yet
+    finished (one already running on a worker ends there and is dropped) before it propagates."""
+    from dask.distributed import as_completed as dask_completed
+
+    futs = {}
+    try:
+        for p in todo:
+            futs[client.submit(run_point, base, source, p.set_args, base_dir, pure=False)] = p
+        for fut in dask_completed(futs):
+            save(futs[fut], fut.result())
+    except KeyboardInterrupt:
+        with _sigint_ignored():
+            client.cancel([f for f in futs if not f.done()])
+        raise
 
 
 def swept_keys(folder: Path) -> list[str] | None:

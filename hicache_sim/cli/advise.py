@@ -25,6 +25,7 @@ def _sizes(text: str | None) -> list[int] | None:
 
 @app.command()
 def advise(
+    ctx: typer.Context,
     scenario: str = typer.Argument(..., metavar="SCENARIO", help="scenario YAML or builtin:NAME"),
     target_hit_rate: float | None = typer.Option(
         None, "--target-hit-rate", metavar="X", help="smallest host whose total token hit rate is >= X (0 < X <= 1)"
@@ -59,6 +60,7 @@ def advise(
     from ..output.advice import advice_dict, advice_figure, advice_lines
     from ..output.write import check_target, write_text_atomic
     from ..scenario import load_scenario_data, resolve_builtin
+    from .sweep import interrupted
 
     with user_errors(scenario):
         if workers < 1:
@@ -81,20 +83,23 @@ def advise(
         for v in st.axes.values():
             n *= len(v)
         root = Path(__file__).resolve().parents[2]
-        with progress_bar(n, f"{name} advise", unit="points") as bar, output_errors(shown):
-            a = run_advice(
-                data,
-                scenario,
-                folder,
-                target,
-                st,
-                set_args=list(set_),
-                workers=workers,
-                base_dir=base_dir,
-                instant_only=instant_only,
-                root=root,
-                on_point=bar.advance,
-            )
+        try:
+            with progress_bar(n, f"{name} advise", unit="points") as bar, output_errors(shown):
+                a = run_advice(
+                    data,
+                    scenario,
+                    folder,
+                    target,
+                    st,
+                    set_args=list(set_),
+                    workers=workers,
+                    base_dir=base_dir,
+                    instant_only=instant_only,
+                    root=root,
+                    on_point=bar.advance,
+                )
+        except KeyboardInterrupt as e:  # finished points of both sweeps are kept
+            raise interrupted(ctx, "advise", scenario, folder, shown, e) from None
     import json
 
     backend = st.storage_backend
@@ -107,12 +112,15 @@ def advise(
             from ..output.l3 import store_pair
 
             typer.echo(f"L3 verdict: timing the recommendation with and without the store ({backend})", err=True)
-            with user_errors(scenario), output_errors(shown):
-                point = point_of(a.chosen, [SIZE, POLICY, RULE]).as_set_args()
-                store = f"cache.storage_backend={json.dumps(backend)}"
-                l3 = store_pair(
-                    st.base, scenario, [*set_, *point, store], base_dir=base_dir, folder=folder, workers=workers
-                )
+            try:
+                with user_errors(scenario), output_errors(shown):
+                    point = point_of(a.chosen, [SIZE, POLICY, RULE]).as_set_args()
+                    store = f"cache.storage_backend={json.dumps(backend)}"
+                    l3 = store_pair(
+                        st.base, scenario, [*set_, *point, store], base_dir=base_dir, folder=folder, workers=workers
+                    )
+            except KeyboardInterrupt as e:
+                raise interrupted(ctx, "advise", scenario, folder, shown, e) from None
     flags = [
         ("--target-hit-rate", target_hit_rate),
         ("--target-ttft-p99", target_ttft_p99),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import typer
@@ -11,8 +12,45 @@ from . import app
 from .common import UserError, output_errors, progress_bar, user_errors
 
 
+def resume_command(ctx: typer.Context, verb: str, scenario: str) -> str:
+    """The command line that resumes an interrupted ``verb``: the flags given on the command line, less
+    ``--force`` (it would recompute the points just kept)."""
+    words = ["hicache-sim", verb, scenario]
+    for param in ctx.command.params:  # typer's own click: options and sources are told apart by name
+        if param.param_type_name != "option" or param.name in (None, "force"):
+            continue
+        if getattr(ctx.get_parameter_source(param.name), "name", None) != "COMMANDLINE":
+            continue
+        value = ctx.params.get(param.name)
+        if param.is_flag:
+            words += [param.opts[0]] if value else []
+            continue
+        for v in value if param.multiple else [value]:
+            words += [param.opts[0], f"{v:g}" if isinstance(v, float) else str(v)]
+    return shlex.join(words)
+
+
+def interrupted(
+    ctx: typer.Context, verb: str, scenario: str, folder: Path, shown: Path, e: KeyboardInterrupt
+) -> typer.Exit:
+    """Ctrl-C: one line saying what was kept (``folder`` written, shown as ``shown``) and how to resume;
+    the exit to raise (code 130, as for SIGINT)."""
+    from ..sweep import SweepInterrupted
+
+    kept = ""
+    if isinstance(e, SweepInterrupted):
+        try:
+            where = shown / e.folder.relative_to(folder)
+        except ValueError:
+            where = e.folder
+        kept = f" {e.kept} of {e.total} points kept in {where / 'points'};"
+    typer.echo(f"interrupted:{kept} to resume, rerun: {resume_command(ctx, verb, scenario)}", err=True)
+    return typer.Exit(130)
+
+
 @app.command()
 def sweep(
+    ctx: typer.Context,
     scenario: str = typer.Argument(
         ..., metavar="SCENARIO", help="scenario YAML with a `sweep:` mapping, or builtin:NAME"
     ),
@@ -54,19 +92,22 @@ def sweep(
         folder = check_target(shown, "sweep")
         n = len(grid(sc.sweep))
         base_dir = str(resolve_builtin(scenario, "scenarios").parent)
-        with progress_bar(n, f"{sc.name} sweep", unit="points") as bar, output_errors(shown):
-            res = run_sweep(
-                data,
-                scenario,
-                folder,
-                set_args=set_,
-                workers=workers,
-                dask_scheduler=dask_scheduler,
-                base_dir=base_dir,
-                force=force,
-                on_point=bar.advance,
-                dask_timeout_s=dask_timeout,
-            )
+        try:
+            with progress_bar(n, f"{sc.name} sweep", unit="points") as bar, output_errors(shown):
+                res = run_sweep(
+                    data,
+                    scenario,
+                    folder,
+                    set_args=set_,
+                    workers=workers,
+                    dask_scheduler=dask_scheduler,
+                    base_dir=base_dir,
+                    force=force,
+                    on_point=bar.advance,
+                    dask_timeout_s=dask_timeout,
+                )
+        except KeyboardInterrupt as e:
+            raise interrupted(ctx, "sweep", scenario, folder, shown, e) from None
     with output_errors(shown):
         figs = sweep_figures(res.table, folder, sc.name, res.keys)
     typer.echo(f"{sc.name}: {n} points ({res.ran} run, {res.skipped} already done) -> {shown / 'sweep.parquet'}")
