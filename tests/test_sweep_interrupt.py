@@ -6,6 +6,7 @@ the command it prints must finish the sweep reusing the points kept."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import signal
@@ -95,7 +96,9 @@ def interrupt_after_first_point(args: list[str], out: Path, timeout_s: float = 1
     return took, proc.returncode, output
 
 
-def check_interrupted(took: float, rc: int, output: str, out: Path, total: int) -> tuple[list[str], int]:
+def check_interrupted(
+    took: float, rc: int, output: str, out: Path, total: int, verb: str = "sweep"
+) -> tuple[list[str], int]:
     """The common promises; returns the resume command's arguments (after ``hicache-sim``) and the number
     of points kept."""
     assert rc == 130, output
@@ -111,7 +114,7 @@ def check_interrupted(took: float, rc: int, output: str, out: Path, total: int) 
     assert 1 <= kept < total
     assert f" {kept} of {total} points kept in {out / 'points'};" in lines[0], lines[0]
     words = shlex.split(lines[0].split("to resume, rerun: ", 1)[1])
-    assert words[:2] == ["hicache-sim", "sweep"], lines[0]
+    assert words[:2] == ["hicache-sim", verb], lines[0]
     return words[1:], kept
 
 
@@ -136,6 +139,35 @@ def test_ctrl_c_stops_a_local_sweep_and_the_printed_command_resumes_it(tmp_path)
     again, kept = check_interrupted(took, rc, output, out, total)
     assert again == args
     resume(again, kept, total)
+
+
+def test_ctrl_c_stops_advise_and_the_printed_command_finishes_it(tmp_path):
+    """advise's instant sweep (8 host sizes x its policies and rules): the same promises; the rerun reuses
+    the kept points (their files untouched) and writes the advice."""
+    sc = tmp_path / "advise.yaml"
+    sc.write_text(
+        yaml.safe_dump(
+            {
+                **SCENARIO,
+                "mode": "instant",
+                "workload": {"kind": "trace", "trace": {**SCENARIO["workload"]["trace"], "limit": 8000}},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    args = ["advise", str(sc), "--host-sizes-gb", "1,2,3,4,5,6,8,10", "--out", str(out)]
+    args += ["--set", "cache.host_alignment=up_plus_one", "--workers", "2", "--instant-only"]
+    took, rc, output = interrupt_after_first_point(args, out / "instant")
+    grid = json.loads((out / "instant" / "sweep.json").read_text())["grid"]
+    total = math.prod(len(v) for v in grid.values())
+    again, _ = check_interrupted(took, rc, output, out / "instant", total, verb="advise")
+    assert again == args
+    stamps = {f: f.stat().st_mtime_ns for f in (out / "instant" / "points").iterdir()}
+    r = subprocess.run(cli(again), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"wrote {out / 'advice.json'}" in r.stdout, r.stdout
+    assert len(list((out / "instant" / "points").iterdir())) == total
+    assert {f: f.stat().st_mtime_ns for f in stamps} == stamps  # reused, not computed again
 
 
 def test_ctrl_c_stops_a_dask_sweep_and_cancels_its_tasks(tmp_path):
