@@ -8,11 +8,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import signal
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ import pandas as pd
 from .output.identity import computed_part, differing_keys, digest, input_files, point_identity
 from .output.write import OutputError, apply_umask, prepare_folder, write_text_atomic
 from .scenario import ScenarioError, build_scenario, resolve, scenario_dump
+from .workers import sigint_held, sigint_ignored, worker_pool
 
 
 @dataclass(frozen=True)
@@ -113,82 +111,6 @@ class SweepInterrupted(KeyboardInterrupt):
     def __init__(self, folder: Path, kept: int, total: int) -> None:
         super().__init__(f"{folder}: {kept} of {total} points kept")
         self.folder, self.kept, self.total = folder, kept, total
-
-
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the whole foreground process group, and only the parent acts
-    on it (it terminates the workers); SIGINT was held back from fork until now (see :class:`_Pool`)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-@contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Hold SIGINT back in this thread while the body runs (a worker being started, a point being
-    saved); one that arrives meanwhile is raised as KeyboardInterrupt right after it."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-@contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignore further Ctrl-C while stopping (a second one must not interrupt the clean-up)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
-class _Pool(ProcessPoolExecutor):
-    """A process pool whose workers ignore SIGINT: each is started with SIGINT blocked (inherited over
-    fork) and its initializer ignores it before unblocking, so Ctrl-C never lands in a worker."""
-
-    def __init__(self, max_workers: int) -> None:
-        super().__init__(max_workers=max_workers, initializer=_ignore_sigint)
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        with _sigint_held():  # workers start in the first submit(s)
-            return super().submit(fn, *args, **kwargs)
-
-    def stop(self) -> None:
-        """Cancel every queued call, terminate the workers (a running point is dropped) and wait for
-        them and the pool's thread to end; SIGINT is ignored meanwhile."""
-        with _sigint_ignored():
-            procs = list((getattr(self, "_processes", None) or {}).values())
-            for proc in procs:
-                if proc.is_alive():
-                    proc.terminate()
-            for proc in procs:
-                proc.join(5.0)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-            self.shutdown(wait=True, cancel_futures=True)  # the manager thread sees the dead workers and ends
-
-
-@contextmanager
-def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """``workers`` local processes that ignore Ctrl-C. When the body raises (KeyboardInterrupt or an
-    error), queued calls are cancelled and the workers terminated before it propagates: nothing keeps
-    running and no process is left; a normal exit waits for the calls as usual."""
-    ex = _Pool(workers)
-    try:
-        yield ex
-    except BaseException:
-        ex.stop()
-        raise
-    ex.shutdown(wait=True)
 
 
 MANIFEST = "sweep.json"
@@ -338,7 +260,7 @@ def run_sweep(
 
         def save(p: PlannedPoint, row: dict) -> None:
             row = {"point": p.file_id, **dict(p.point.overrides), **row, "identity": p.identity}
-            with _sigint_held():  # a point is saved and counted whole, or not at all
+            with sigint_held():  # a point is saved and counted whole, or not at all
                 write_text_atomic(points_dir / f"{p.file_id}.json", json.dumps(row, indent=1, default=str) + "\n")
                 saved.append(p)
             if on_point is not None:
@@ -359,7 +281,7 @@ def run_sweep(
             raise SweepInterrupted(out_dir, skipped + len(saved), len(planned)) from None
     finally:
         if client is not None:
-            with _sigint_ignored():
+            with sigint_ignored():
                 client.close()
     rows = []
     for p in planned:
@@ -386,7 +308,7 @@ def _run_dask(client, todo: list[PlannedPoint], save, base: dict, source: str, b
         for fut in dask_completed(futs):
             save(futs[fut], fut.result())
     except KeyboardInterrupt:
-        with _sigint_ignored():
+        with sigint_ignored():
             client.cancel([f for f in futs if not f.done()])
         raise
 

@@ -606,9 +606,9 @@ def store_pair(
     except (OSError, ValueError, AttributeError):
         pass
     if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from ..workers import worker_pool
 
-        with ProcessPoolExecutor(max_workers=2) as ex:
+        with worker_pool(2) as ex:  # Ctrl-C reaches only this process, which stops both runs
             futs = {k: ex.submit(timed_rows, base, source, args, base_dir) for k, args in runs.items()}
             done = {k: f.result() for k, f in futs.items()}
     else:
