@@ -51,6 +51,12 @@ SCENARIO_CASES = [
         ["bad.yaml:4", "found duplicate key 'host_ratio'"],
         id="key-given-twice",
     ),
+    pytest.param({**TINY, "name": ""}, ["bad.yaml", "name", "one plain folder name"], id="name-empty"),
+    pytest.param({**TINY, "name": "."}, ["bad.yaml", "name", "one plain folder name"], id="name-dot"),
+    pytest.param({**TINY, "name": ".."}, ["bad.yaml", "name", "one plain folder name"], id="name-dotdot"),
+    pytest.param({**TINY, "name": "../../x"}, ["bad.yaml", "name", "one plain folder name"], id="name-escapes"),
+    pytest.param({**TINY, "name": "/tmp/x"}, ["bad.yaml", "name", "one plain folder name"], id="name-absolute"),
+    pytest.param({**TINY, "name": "a\\b"}, ["bad.yaml", "name", "one plain folder name"], id="name-backslash"),
     pytest.param(with_("cache", host_ratio=float("inf")), ["cache.host_ratio", "finite"], id="inf-ratio"),
     pytest.param(with_("cache", host_ratio=float("nan")), ["cache.host_ratio", "finite"], id="nan-ratio"),
     pytest.param(

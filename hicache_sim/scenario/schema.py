@@ -7,6 +7,7 @@ Units in names: ``*_tokens``, ``*_gb`` (1e9 bytes), ``*_gbps`` (1e9 bytes/s), ``
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Any, Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
@@ -522,6 +523,15 @@ class Scenario(_Strict):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)  # type: ignore[valid-type]
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values")
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_one_folder(cls, v: str) -> str:
+        """The name becomes ``results/<name>``: only one plain path component may (never ``results/``
+        itself, a parent of it, or a path elsewhere)."""
+        if v in ("", ".", "..") or any(c in v for c in "/\\\0") or os.path.isabs(v):
+            raise ValueError(f"{v!r}: expected one plain folder name (no '/' or '\\', not '', '.' or '..')")
+        return v
 
     @field_validator("sweep")
     @classmethod
