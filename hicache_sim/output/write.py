@@ -5,7 +5,8 @@ such a folder may be replaced; an existing path that is a file, a device, or a f
 else is refused *before* any work runs, as is the current folder or one of its parents. The target is
 probed for writability up front, so a read-only file system fails in one line instead of after a long
 simulation. Folders are built beside their target under a temporary name that carries the writer's
-pid, then swapped in; temporary folders left by a killed run (their pid no longer alive) are removed.
+pid, then swapped in; temporary folders a killed run left in the same parent (their pid no longer alive,
+whatever folder they were for) are removed.
 New files and folders get the user's umask (``tempfile`` would give 0600/0700).
 """
 
@@ -186,10 +187,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale(parent: Path, name: str) -> list[Path]:
-    """Remove temporary folders for ``name`` in ``parent`` whose writer process is gone (a killed run)."""
+def clean_stale(parent: Path, name: str | None = None) -> list[Path]:
+    """Remove temporary folders in ``parent`` (for ``name``, or for any name when None) whose writer
+    process is gone (a killed run); a live writer's folder is never touched."""
     removed = []
-    pattern = re.compile(rf"^\.{re.escape(name)}{re.escape(_TMP_TAG)}(\d+)-")
+    stem = re.escape(name) if name is not None else ".+?"
+    pattern = re.compile(rf"^\.{stem}{re.escape(_TMP_TAG)}(\d+)-")
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             m = pattern.match(entry.name)
@@ -208,7 +211,7 @@ def staged_folder(out_dir: str | Path, kind: str) -> Iterator[Path]:
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(out_dir.parent, out_dir.name)
+    clean_stale(out_dir.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{_TMP_TAG}{os.getpid()}-", dir=out_dir.parent))
     try:
         apply_umask(tmp, directory=True)
