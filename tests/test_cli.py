@@ -178,9 +178,9 @@ def test_rerun_replaces_folder_atomically(tmp_path):
     sc = write_yaml(tmp_path / "s.yaml", TINY)
     out = tmp_path / "out"
     assert invoke("run", sc, "--out", out, "--no-figures").exit_code == 0
-    (out / "stale.txt").write_text("old")
+    (out / "notes.txt").write_text("mine")  # a user's file: kept (issue 28), the rest is replaced whole
     assert invoke("run", sc, "--out", out, "--no-figures").exit_code == 0
-    assert not (out / "stale.txt").exists() and (out / "summary.json").is_file()
+    assert (out / "notes.txt").read_text() == "mine" and (out / "summary.json").is_file()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 

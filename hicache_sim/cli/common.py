@@ -46,9 +46,15 @@ def user_errors(source: str = "") -> Iterator[None]:
 
 @contextmanager
 def output_errors(path) -> Iterator[None]:
-    """A write that fails after the checks (disk full, folder removed meanwhile): one line, exit 2."""
+    """A write that fails after the checks (disk full, folder removed meanwhile, a user's file where
+    hicache-sim now writes one): one line, exit 2."""
+    from ..output.write import OutputError
+
     try:
         yield
+    except OutputError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     except OSError as e:
         reason = (e.strerror or type(e).__name__).lower()
         typer.echo(f"error: --out {path}: cannot write ({reason}); nothing was written", err=True)

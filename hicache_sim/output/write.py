@@ -202,6 +202,22 @@ def clean_stale(parent: Path, name: str | None = None) -> list[Path]:
     return removed
 
 
+def _users_entries(folder: Path, written: list[str]) -> list[str]:
+    """The entries of the marked ``folder`` hicache-sim did not write, kept across a rewrite. Its marker
+    lists what hicache-sim wrote; a marker from before that list counts what it writes now as its own.
+    A user's entry where hicache-sim now writes one is refused in one line (nothing is replaced)."""
+    marker = read_marker(folder) or {}
+    listed = marker.get("files")
+    ours = set(listed) if isinstance(listed, list) else set(written)
+    keep = sorted(e for e in os.listdir(folder) if e != MARKER and e not in ours and not e.startswith(_TMP_TAG))
+    clash = [e for e in keep if e in written]
+    if clash:
+        raise OutputError(
+            f"{folder / clash[0]}: hicache-sim did not write it and now writes a file of that name; move it away"
+        )
+    return keep
+
+
 @contextlib.contextmanager
 def staged_folder(out_dir: str | Path, kind: str) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; on success mark it and swap it in for ``out_dir``.
@@ -216,14 +232,18 @@ def staged_folder(out_dir: str | Path, kind: str) -> Iterator[Path]:
     try:
         apply_umask(tmp, directory=True)
         yield tmp
-        write_marker(tmp, kind)
+        written = os.listdir(tmp)
+        write_marker(tmp, kind, written)
         for f in tmp.rglob("*"):
             apply_umask(f, directory=f.is_dir())
         if out_dir.exists():
+            keep = _users_entries(out_dir, written)
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{_TMP_TAG}{os.getpid()}-old-", dir=out_dir.parent))
             os.rmdir(old)
             os.replace(out_dir, old)
             os.replace(tmp, out_dir)
+            for entry in keep:
+                os.replace(old / entry, out_dir / entry)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out_dir)
