@@ -47,10 +47,11 @@ class Result:
 
     def save(self, folder: str | Path, *, figures: bool = True) -> Path:
         """Write the result folder ``hicache-sim run`` writes (summary.json, parquet files, figures)."""
-        from .output.write import check_target
+        from .output.write import check_target, hold_folder
 
         target = check_target(folder, "run")
-        write_outputs(self.output, target, figures=figures)
+        with hold_folder(target, shown=folder):
+            write_outputs(self.output, target, figures=figures)
         return target
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
@@ -108,30 +109,32 @@ def run(
     from it beats recomputing (summary.json l3, l3.png). Exits 1 when no request could be served."""
     from ..output.rounds import rounds_table
     from ..output.serving import serving_table
-    from ..output.write import check_target
+    from ..output.write import check_target, hold_folder
     from ..runner import simulate, write_outputs
     from ..scenario import load_scenario, resolve, resolve_builtin
     from ..workloads.build import build_workload
 
-    with user_errors(scenario):
-        sc = load_scenario(scenario, set_)
-        r = resolve(sc, strict=check_invariants)
-        base = resolve_builtin(scenario, "scenarios").parent
-        folder = check_target(out or Path("results") / sc.name, "run")
-        wl = build_workload(sc, sc.cache.page_size, base)
-        for w in r.warnings:
-            typer.echo(f"warning: {w}", err=True)
-        with progress_bar(len(wl.requests), f"{sc.name} ({sc.mode})", unit="requests") as bar:
-            result = simulate(
-                sc,
-                base_dir=base,
-                check_invariants=check_invariants,
-                progress=lambda i: bar.advance(),
-                workload=wl,
-                resolved=r,
-            )
-    with output_errors(out or folder):
-        write_outputs(result, folder, figures=not no_figures)
+    with contextlib.ExitStack() as held:
+        with user_errors(scenario):
+            sc = load_scenario(scenario, set_)
+            r = resolve(sc, strict=check_invariants)
+            base = resolve_builtin(scenario, "scenarios").parent
+            folder = check_target(out or Path("results") / sc.name, "run")
+            held.enter_context(hold_folder(folder, shown=out or folder))
+            wl = build_workload(sc, sc.cache.page_size, base)
+            for w in r.warnings:
+                typer.echo(f"warning: {w}", err=True)
+            with progress_bar(len(wl.requests), f"{sc.name} ({sc.mode})", unit="requests") as bar:
+                result = simulate(
+                    sc,
+                    base_dir=base,
+                    check_invariants=check_invariants,
+                    progress=lambda i: bar.advance(),
+                    workload=wl,
+                    resolved=r,
+                )
+        with output_errors(out or folder):
+            write_outputs(result, folder, figures=not no_figures)
     partial = rejected_warning(result.summary, result.request_columns)
     if partial:
         typer.echo(f"warning: {partial}", err=True)

@@ -6,6 +6,7 @@ other verbs do not pay for them.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
@@ -103,28 +104,30 @@ def stats(
     rate and the reuse-distance distribution, with a figure."""
     import json
 
-    from ..output.write import check_target, staged_folder
+    from ..output.write import check_target, hold_folder, staged_folder
     from ..traffic.figure import stats_figure
     from ..traffic.stats import stats_text, trace_stats
     from ..workloads.traces import open_bailian, open_mooncake, trace_path
 
-    with user_errors(trace):
-        if fmt not in TRACE_BLOCK_SIZES:
-            raise UserError(f"--format {fmt!r}: expected one of {', '.join(TRACE_BLOCK_SIZES)}")
-        if block_size is not None and block_size < 1:
-            raise UserError(f"--block-size {block_size}: expected an integer >= 1")
-        bs = block_size or TRACE_BLOCK_SIZES[fmt]
-        path = trace_path(trace)
-        folder = out if out is not None else Path(f"{path.stem}-stats")
-        target = check_target(folder, "trace-stats")
-        load = open_mooncake if fmt == "mooncake" else open_bailian
-        requests = load(path, bs, block_size=bs)  # read once, in order: never held whole
-        if not requests:
-            raise UserError(f"{path}: trace has no requests")
-        summary, arrays = trace_stats(requests, bs)
-    summary = {"trace": trace, "format": fmt, **summary}
-    with output_errors(folder), staged_folder(target, "trace-stats") as tmp:
-        (tmp / "stats.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        stats_figure(arrays, tmp / "trace_stats.png", f"{path.name}: {len(requests):,} requests")
+    with contextlib.ExitStack() as held:
+        with user_errors(trace):
+            if fmt not in TRACE_BLOCK_SIZES:
+                raise UserError(f"--format {fmt!r}: expected one of {', '.join(TRACE_BLOCK_SIZES)}")
+            if block_size is not None and block_size < 1:
+                raise UserError(f"--block-size {block_size}: expected an integer >= 1")
+            bs = block_size or TRACE_BLOCK_SIZES[fmt]
+            path = trace_path(trace)
+            folder = out if out is not None else Path(f"{path.stem}-stats")
+            target = check_target(folder, "trace-stats")
+            held.enter_context(hold_folder(target, shown=folder))
+            load = open_mooncake if fmt == "mooncake" else open_bailian
+            requests = load(path, bs, block_size=bs)  # read once, in order: never held whole
+            if not requests:
+                raise UserError(f"{path}: trace has no requests")
+            summary, arrays = trace_stats(requests, bs)
+        summary = {"trace": trace, "format": fmt, **summary}
+        with output_errors(folder), staged_folder(target, "trace-stats") as tmp:
+            (tmp / "stats.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            stats_figure(arrays, tmp / "trace_stats.png", f"{path.name}: {len(requests):,} requests")
     typer.echo(stats_text(path.name, summary))
     typer.echo(f"wrote {folder}/stats.json and {folder}/trace_stats.png")

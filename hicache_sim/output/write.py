@@ -6,7 +6,8 @@ else is refused *before* any work runs, as is the current folder or one of its p
 probed for writability up front, so a read-only file system fails in one line instead of after a long
 simulation. Folders are built beside their target under a temporary name that carries the writer's
 pid, then swapped in; temporary folders a killed run left in the same parent (their pid no longer alive,
-whatever folder they were for) are removed.
+whatever folder they were for) are removed. A run holds its folder with a lock file beside it
+(:func:`hold_folder`), so a second run into it at once is refused instead of replacing the result.
 New files and folders get the user's umask (``tempfile`` would give 0600/0700).
 """
 
@@ -18,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -216,6 +218,74 @@ def _users_entries(folder: Path, written: list[str]) -> list[str]:
             f"{folder / clash[0]}: hicache-sim did not write it and now writes a file of that name; move it away"
         )
     return keep
+
+
+_LOCK_TAG = ".hicache-lock"
+_LOCK_GRACE_S = 10.0  # a lock without a pid yet is being written; older than this, it is left by a crash
+
+
+def _lock_owner(lock: Path) -> int | None:
+    """The pid in ``lock``; 0 when the lock is gone, -1 when it holds no pid and is older than the
+    grace (left by a crash), None when it holds no pid yet."""
+    try:
+        text = lock.read_text(encoding="ascii").strip()
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError):
+        return None
+    if text.isdigit():
+        return int(text)
+    return -1 if age > _LOCK_GRACE_S else None
+
+
+@contextlib.contextmanager
+def hold_folder(target: Path, *, flag: str = "--out", shown: str | Path | None = None) -> Iterator[Path]:
+    """Hold ``target`` for this process while it computes and writes it: a lock file ``.NAME.hicache-lock``
+    created with O_EXCL in its parent, holding the pid, removed at the end. Another live run's lock is
+    refused in one line; the lock of a dead pid is taken over. Parent folders created for the lock are
+    removed again when nothing was written into them."""
+    target = Path(target)
+    shown = target if shown is None else shown
+    created = []
+    for p in reversed([target.parent, *target.parent.parents]):
+        if not p.exists():
+            with contextlib.suppress(FileExistsError):
+                p.mkdir()
+                created.append(p)
+    lock = target.parent / f".{target.name}{_LOCK_TAG}"
+    mine = f"{os.getpid()}\n"
+    try:
+        for _ in range(20):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~_umask())
+            except FileExistsError:
+                owner = _lock_owner(lock)
+                if owner is None or (owner > 0 and owner != os.getpid() and _pid_alive(owner)):
+                    who = f"pid {owner}" if owner else "one starting"
+                    raise OutputError(
+                        f"{flag} {shown}: another hicache-sim run ({who}) is writing it (lock {lock}); "
+                        "wait for it or name another folder"
+                    ) from None
+                if owner != 0:  # a dead writer's, a crashed one's or our own earlier lock: take it over
+                    with contextlib.suppress(FileNotFoundError):
+                        lock.unlink()
+                continue
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(mine)
+            break
+        else:
+            raise OutputError(f"{flag} {shown}: cannot take the lock {lock}; try again")
+        try:
+            yield target
+        finally:
+            with contextlib.suppress(OSError):
+                if lock.read_text(encoding="ascii") == mine:
+                    lock.unlink()
+    finally:
+        for p in reversed(created):
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 @contextlib.contextmanager
