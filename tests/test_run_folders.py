@@ -1,8 +1,11 @@
-"""Issue 28 item 3: files a user adds inside a run or trace-stats folder survive the next run into it."""
+"""Issue 28 item 3, run and trace-stats folders: files a user adds inside one survive the next run into
+it; two runs into one folder at once: the second is refused while the first holds it; a run removes
+the temporary folders a killed run left in the same parent (any name; never a live writer's)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +31,9 @@ def dead_pid() -> int:
     """The pid of a process that has exited."""
     out = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     return int(out.stdout)
+
+
+# ------------------------------------------------------- user files survive a rerun (finding 1)
 
 
 def test_user_files_in_a_run_folder_survive_a_rerun(tmp_path):
@@ -71,3 +77,57 @@ def test_a_users_file_where_hicache_sim_now_writes_one_is_refused(tmp_path):
     assert_user_error(invoke("run", sc, "--out", out, "--no-figures"), "transfers.parquet", "did not write")
     assert (out / "transfers.parquet").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# ------------------------------------------- one run at a time into a folder (finding 3)
+
+
+def test_second_run_into_a_held_folder_is_refused(tmp_path):
+    sc = write(tmp_path / "s.yaml", TINY)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = tmp_path / ".out.hicache-lock"
+        lock.write_text(f"{holder.pid}\n")
+        assert_user_error(invoke("run", sc, "--out", tmp_path / "out", "--no-figures"), "out", str(holder.pid))
+        assert not (tmp_path / "out").exists()
+        assert lock.read_text() == f"{holder.pid}\n"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_stale_lock_of_a_dead_run_is_taken_over_and_released(tmp_path):
+    sc = write(tmp_path / "s.yaml", TINY)
+    lock = tmp_path / ".out.hicache-lock"
+    lock.write_text(f"{dead_pid()}\n")
+    assert invoke("run", sc, "--out", tmp_path / "out", "--no-figures").exit_code == 0
+    assert (tmp_path / "out" / "summary.json").is_file()
+    assert not lock.exists()
+    assert invoke("run", sc, "--out", tmp_path / "out", "--no-figures").exit_code == 0
+    assert not lock.exists()
+
+
+def test_trace_stats_into_a_held_folder_is_refused(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / ".st.hicache-lock").write_text(f"{holder.pid}\n")
+        assert_user_error(invoke("trace", "stats", TRACE, "--out", tmp_path / "st"), "st", str(holder.pid))
+        assert not (tmp_path / "st").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ------------------------------------- temporary folders a killed run left (finding 4)
+
+
+def test_stale_temp_folders_of_any_name_in_the_parent_are_cleaned(tmp_path):
+    sc = write(tmp_path / "s.yaml", TINY)
+    stale = tmp_path / f".other.hicache-tmp-{dead_pid()}-abc"
+    stale.mkdir()
+    (stale / "summary.json").write_text("{}")
+    live = tmp_path / f".other.hicache-tmp-{os.getpid()}-xyz"
+    live.mkdir()
+    assert invoke("run", sc, "--out", tmp_path / "out", "--no-figures").exit_code == 0
+    assert not stale.exists()
+    assert live.exists()
