@@ -29,6 +29,7 @@ import pandas as pd
 
 from .core import HOST_EVICTION_RULES, WRITE_POLICIES
 from .core.config import BUFFER_ONLY_RESOLVED_POLICIES
+from .output.saturation import SATURATED
 from .output.write import prepare_folder
 from .scenario import ScenarioError, build_scenario, resolve
 from .sweep import Point, plan, run_sweep
@@ -37,7 +38,7 @@ SIZE, POLICY, RULE, STORAGE = "cache.host_size_gb", "cache.write_policy", "cache
 HIT, TTFT = "hit_rate.total", "ttft_s.p99"
 #: A timed row's overload verdict (summary.json ``saturation``, output/saturation.py): a saturated run's
 #: TTFT measures a queue that grows as long as requests arrive, so it never meets a target.
-VERDICT, SATURATED = "saturation.verdict", "saturated"
+VERDICT = "saturation.verdict"
 TIERS = ("device", "host", "storage", "total")
 UPSTREAM_RULE = "evicted_only"  # SGLang's own host eviction; the other rules are hicache-sim's proposals
 # Host pool sizes tried by default, as multiples of the device pool (rounded to whole GB per rank,

@@ -352,10 +352,12 @@ class Scheduler:
             c = adder.add_chunked(self.chunked)
             more = c is not None and c.final
         if more:
-            if cache.storage is not None:
+            storage = cache.storage is not None
+            if storage:
                 self._reissue_prefetches()
             self._admit_waiting(adder)
-            self._note_prefetch_misses()
+            if storage:  # a miss poll needs a store: no per-step call without one
+                self._note_prefetch_misses()
         transfers = cache.take_transfers()
         if not adder.chunks:
             self.transport.dispatch(transfers)
