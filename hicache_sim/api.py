@@ -92,12 +92,6 @@ def _apply(data: dict, overrides: dict[str, Any]) -> dict:
     return data
 
 
-def make_scenario(scenario: ScenarioLike = "builtin:default", **overrides: Any) -> Scenario:
-    """The validated scenario with overrides applied (what ``run`` would run)."""
-    data, source, _ = _source(scenario)
-    return build_scenario(_apply(data, overrides), source)
-
-
 def run(scenario: ScenarioLike = "builtin:default", *, check_invariants: bool = False, **overrides: Any) -> Result:
     """Simulate one scenario in memory and return its :class:`Result`."""
     data, source, base = _source(scenario)

@@ -125,7 +125,7 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         keyed = self._hit_count_keyed
         refresh = self._refresh
         node = self.root
-        self._clock += 1  # _touch_root
+        self._clock += 1  # SGLang touches the root: stamped, never a candidate
         node.last_access = self._clock
         prefix = 0
         # A locked node is in neither candidate set whatever its key (``inc_lock_ref``), so

@@ -102,6 +102,3 @@ class PagePool:
         """Copy of the freed slots in reuse order, after the never-used ones (read-only; for checks)."""
         return self._free[self._head :]
 
-    def free_pages(self) -> list[int]:
-        """Copy of the whole free list in reuse order (read-only; O(size): small pools and tests only)."""
-        return [*range(self._fresh, self.size), *self._free[self._head :]]

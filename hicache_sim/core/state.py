@@ -186,11 +186,6 @@ class CacheState:
         elif node in cands:
             del cands[node]
 
-    def _touch_root(self) -> None:
-        """``_touch(root)``: the root is stamped but never a candidate."""
-        self._clock += 1
-        self.root.last_access = self._clock
-
     def _touch(self, node: Node) -> None:
         """Mark ``node`` accessed now; re-queue it where its eviction key changed."""
         self._clock += 1
