@@ -350,6 +350,32 @@ def test_fit_recovers_multiturn_knobs(tmp_path):
     assert "round_3.cache_hit_rate" in r.output
 
 
+def test_fit_runs_each_point_once_and_reports_the_runs_it_made(monkeypatch):
+    """The fitted point's figures (``after``) come from the run that accepted it, not a run of the same
+    knobs again: every run has knobs of its own, and ``runs`` counts exactly the runs made."""
+    from hicache_sim.calibration import benchfit
+    from hicache_sim.calibration.benchresult import BenchResult
+
+    sim = simulated(SERVING_SCENARIO, SERVING, TRUE)
+    result = BenchResult(kind=SERVING, path=Path("simulated.jsonl"), figures=dict(sim.figures))
+    sc = build_scenario(dict(SERVING_SCENARIO), "t", [])
+    r = resolve(sc)
+    made: list[tuple] = []
+    run = Runner.__call__
+
+    def counted(self, knobs):
+        made.append(tuple(sorted(knobs.items())))
+        return run(self, knobs)
+
+    monkeypatch.setattr(Runner, "__call__", counted)
+    fit = benchfit.fit_bench(r, build_workload(sc, r.cache.page_size, None), result)
+    assert fit.levers == {"prefill": "prefill efficiency scale", "decode": "hbm_efficiency"}
+    assert fit.runs == len(made)
+    assert len(set(made)) == len(made), [k for k in made if made.count(k) > 1][:1]
+    last = dict(made[-1])
+    assert {k: last[k] for k in fit.knobs} == fit.knobs  # the last run is the fitted point, run once
+
+
 def test_fit_keeps_the_existing_calibration_and_names_an_unpinnable_decode(tmp_path):
     """Answers of one token: no decode figure moves with the decode knobs, so they stay; the scenario's
     calibration file's other entries are carried over."""

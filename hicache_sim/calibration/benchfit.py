@@ -366,11 +366,12 @@ def fit_bench(r: Resolved, workload, result: BenchResult, progress: Callable[[st
             out.update(lv.values(start, float(ui)))
         return out
 
-    def residual(x) -> np.ndarray:
+    def residual(x) -> tuple[np.ndarray, Simulated]:
         sim = run(knobs_at(x))
-        return np.array([log_ratio(sim, k) or 0.0 for k in keys])
+        return np.array([log_ratio(sim, k) or 0.0 for k in keys]), sim
 
     res = np.array([log_ratio(base, k) for k in keys], dtype=float) if chosen else np.zeros(0)
+    at_u = base  # the run at ``u``: the start's knobs are the scenario's own, the base run
     for _ in range(MAX_ITERATIONS if chosen else 0):
         if float(np.max(np.abs(res))) < TOLERANCE:
             break
@@ -378,12 +379,12 @@ def fit_bench(r: Resolved, workload, result: BenchResult, progress: Callable[[st
         for j in range(len(chosen)):
             probe = u.copy()
             probe[j] += PROBE if u[j] + PROBE <= bounds[j][1] else -PROBE
-            jac[:, j] = (residual(probe) - res) / (probe[j] - u[j])
+            jac[:, j] = (residual(probe)[0] - res) / (probe[j] - u[j])
         step = np.linalg.lstsq(jac, -res, rcond=None)[0]
         step = np.clip(step, -MAX_STEP, MAX_STEP)
         for _half in range(4):
             trial = np.array([min(max(u[j] + step[j], bounds[j][0]), bounds[j][1]) for j in range(len(chosen))])
-            got = residual(trial)
+            got, got_run = residual(trial)
             if np.linalg.norm(got) < np.linalg.norm(res):
                 break
             step = step / 2
@@ -391,14 +392,14 @@ def fit_bench(r: Resolved, workload, result: BenchResult, progress: Callable[[st
             break
         if np.allclose(trial, u, atol=1e-9, rtol=0):
             break
-        u, res = trial, got
+        u, res, at_u = trial, got, got_run
     fit.knobs = knobs_at(u)
     for lv, ui, (lo, hi), e in zip(chosen, u, bounds, res, strict=True):
         fit.factors[lv.group] = math.exp(float(ui))
         fit.target_error_pct[fit.targets[lv.group]] = (math.exp(float(e)) - 1.0) * 100.0
         if ui <= lo + 1e-9 or ui >= hi - 1e-9:
             fit.at_bound.append(lv.name)
-    fit.after = compare(result, run(fit.knobs)) if chosen else fit.before
+    fit.after = compare(result, at_u) if chosen else fit.before  # the last accepted run: not run again
     fit.runs = run.runs
     return fit
 
