@@ -7,6 +7,7 @@ A hypothesis test at the end feeds values of the wrong type or range to every sc
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -18,6 +19,13 @@ from hypothesis import strategies as st
 
 TINY = TINY_SCENARIO
 CUSTOM_MODEL = {"num_layers": 4, "num_kv_heads": 6, "q_heads": 24, "head_dim": 64, "params_b": 1.0}
+#: Rows of replay and validate-model, which need torch before they read the flag the row is about: without
+#: the replay extra (`pip install -e '.[dev]'` alone) they answer "needs torch" first, one line, exit 2
+#: (tests/test_replay_integrity.py::test_import_without_torch_names_the_extra).
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="needs torch (the replay extra): without it replay and validate-model refuse first with 'needs torch'",
+)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -432,6 +440,7 @@ FILES_OUT_CASES = [
 FILES_VERBS = {"replay": "measurements.parquet", "validate-model": "validation.md"}
 
 
+@needs_torch
 @pytest.mark.parametrize(("make", "fragments"), FILES_OUT_CASES)
 @pytest.mark.parametrize("verb", list(FILES_VERBS))
 def test_bad_out_of_replay_and_validate_model(tmp_path, verb, make, fragments):
@@ -443,6 +452,7 @@ def test_bad_out_of_replay_and_validate_model(tmp_path, verb, make, fragments):
     assert snapshot(tmp_path) == before
 
 
+@needs_torch
 def test_replay_into_a_run_folder_is_refused(tmp_path):
     sc = write_scenario(tmp_path, TINY)
     assert invoke("run", sc, "--out", tmp_path / "r").exit_code == 0
@@ -773,13 +783,22 @@ def test_drift_needs_one_source_of_simulated_figures(tmp_path):
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["replay", "--device", "tpu"], ["--device", "tpu"]),
-        (["replay", "--h2d", "sideways"], ["--h2d 'sideways'", "per_layer or whole"]),
-        (["replay", "--sweep", "--clock", "sundial"], ["--clock 'sundial'", "cpu or wall"]),
-        (["replay", "--sweep", "--clock", "cpu", "--threads", "2"], ["clock cpu", "1 torch thread, not 2"]),
-        (["plot", "nowhere"], ["nowhere"]),
+        pytest.param(["replay", "--device", "tpu"], ["--device", "tpu"], marks=needs_torch, id="bad-device"),
+        pytest.param(["replay", "--h2d", "sideways"], ["--h2d 'sideways'", "per_layer or whole"], id="bad-h2d"),
+        pytest.param(
+            ["replay", "--sweep", "--clock", "sundial"],
+            ["--clock 'sundial'", "cpu or wall"],
+            marks=needs_torch,
+            id="bad-sweep-clock",
+        ),
+        pytest.param(
+            ["replay", "--sweep", "--clock", "cpu", "--threads", "2"],
+            ["clock cpu", "1 torch thread, not 2"],
+            marks=needs_torch,
+            id="cpu-clock-many-threads",
+        ),
+        pytest.param(["plot", "nowhere"], ["nowhere"], id="plot-missing-folder"),
     ],
-    ids=["bad-device", "bad-h2d", "bad-sweep-clock", "cpu-clock-many-threads", "plot-missing-folder"],
 )
 def test_bad_flags_of_other_verbs(tmp_path, args, fragments):
     sc = write_scenario(tmp_path, TINY)
