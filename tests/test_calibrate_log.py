@@ -283,3 +283,27 @@ def test_real_decode_log_pins_one_step_per_line_pair(tmp_path):
     parsed = parse_server_log(write(tmp_path, text))
     assert [iv.shape for iv in parsed.intervals] == [(8, 67884.0), (8, 68204.0), (8, 68524.0)]
     assert [iv.seconds for iv in parsed.intervals] == pytest.approx([8 / 183.59, 8 / 183.58, 8 / 182.35])
+
+
+def test_decode_lines_pasted_in_pieces_pin_nothing_across_the_gap(tmp_path):
+    """sgl-project/sglang#3909 pastes its log in blocks: the last line of one block (04:37:43) and the first
+    of the next (04:46:39) are both decode lines of 8 requests, but ``#token`` fell from 70284 to 62531,
+    which the same requests decoding cannot do: lines were left out between them, so the KV the second
+    line's 40 steps ran at is unknown (the first block's KV stood in for it) and the pair pins nothing."""
+    text = "\n".join(
+        [
+            "[2025-02-27 04:37:42 TP0] Decode batch. #running-req: 8, #token: 69964, token usage: 0.14, "
+            "gen throughput (token/s): 180.98, #queue-req: 0",
+            "[2025-02-27 04:37:43 TP0] Decode batch. #running-req: 8, #token: 70284, token usage: 0.14, "
+            "gen throughput (token/s): 182.11, #queue-req: 0",
+            "[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8, #token: 62531, token usage: 0.12, "
+            "gen throughput (token/s): 186.64, #queue-req: 0",
+            "[2025-02-27 04:46:41 TP0] Decode batch. #running-req: 8, #token: 62851, token usage: 0.13, "
+            "gen throughput (token/s): 185.93, #queue-req: 0",
+        ]
+    )
+    parsed = parse_server_log(write(tmp_path, text))
+    assert [(iv.lineno, iv.shape) for iv in parsed.intervals] == [(2, (8, 70124.0)), (4, (8, 62691.0))]
+    assert parsed.skipped == {
+        "decode: #token fell with the batch unchanged (the lines are not consecutive in the server's log)": 1
+    }

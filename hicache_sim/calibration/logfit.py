@@ -68,6 +68,7 @@ class LogFit:
     n_holdout: dict[str, int] = field(default_factory=dict)
     holdout_ape: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (median, p90) %
     fit_ape: dict[str, float] = field(default_factory=dict)  # kind -> median % on the fitted intervals
+    held_out: list[Interval] = field(default_factory=list)  # the intervals the fit did not see
 
 
 def step_seconds(model: ComputeModel, iv: Interval) -> float:
@@ -183,6 +184,7 @@ def fit_log(r: Resolved, intervals: list[Interval], *, holdout: float = 0.25, se
         fitted.update(got)
         out.knobs.update(got)
         out.n_fit[kind], out.n_holdout[kind] = len(train), len(test)
+        out.held_out += test
         out.fit_ape[kind] = float(np.median(_ape(base, fitted, train)))
         if test:
             ape = _ape(base, fitted, test)

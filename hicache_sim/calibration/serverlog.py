@@ -7,9 +7,10 @@ decode steps, 40 by default), ``input throughput`` a prefill batch's new tokens 
 the previous prefill line. So an interval is kept only when what ran inside it is known:
 
 - decode: two consecutive scheduler lines of the log are both decode lines (no prefill ran between)
-  with the same ``#running-req`` ``B`` (the batch only shrinks without a prefill, so it stayed ``B``)
-  and no speculative ``accept len``; every step then took ``B / gen_throughput`` seconds, with the
-  KV tokens between the two lines' ``#token`` figures;
+  with the same ``#running-req`` ``B`` (the batch only shrinks without a prefill, so it stayed ``B``),
+  a ``#token`` that did not fall (the same requests only grow their KV: a fall means lines were left
+  out between the two, as in a log pasted in pieces) and no speculative ``accept len``; every step
+  then took ``B / gen_throughput`` seconds, with the KV tokens between the two lines' ``#token`` figures;
 - prefill: two consecutive prefill lines with the same shape (``#new-seq``, ``#new-token``,
   ``#cached-token``), no running decode batch at either (``#running-req`` 0) and requests still
   queued after the first (``#queue-req`` > 0: no idle wait): the gap timed one batch of that shape,
@@ -172,6 +173,10 @@ def decode_interval(prev: LogLine, line: LogLine, chunk: int | None = None) -> I
     b = g["running"]
     if b <= 0 or f["running"] != b:
         return "batch size changed between the lines"
+    if g["kv_tokens"] < f["kv_tokens"]:
+        # The same requests only grow their KV; a fall means lines are missing between the two (an
+        # excerpt pasted in pieces), so the KV the interval ran at is unknown.
+        return "#token fell with the batch unchanged (the lines are not consecutive in the server's log)"
     if g["gen_tps"] <= 0:
         return "zero throughput"
     kv = (f["kv_tokens"] + g["kv_tokens"]) / 2.0
