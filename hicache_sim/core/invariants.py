@@ -1,5 +1,6 @@
 """check(cache): every structural invariant of the cache, each failing with a message that names the
-node (or pool) and the rule and prints both numbers. Numbers refer to the reference's section 8."""
+node (or pool) and the rule and prints both numbers. Tags (one per rule) refer to the
+reference's section 8 (docs/reference/sglang-hicache-semantics.md), which says where each rule comes from."""
 
 from __future__ import annotations
 
@@ -35,29 +36,35 @@ def check(cache: HiCache, held_device_pages: Iterable[int] = ()) -> None:
     _check_inflight(cache)
     _check_duplicates(cache, nodes)
     if root.lock_ref < 1:
-        _fail("6 locks", f"root lock_ref is {root.lock_ref}, must be >= 1")
+        _fail("6d root lock", f"root lock_ref is {root.lock_ref}, must be >= 1")
 
 
 def _check_shape(cache: HiCache, nodes: list[Node]) -> None:
-    seen = set()
-    for node in [cache.root, *nodes]:
-        if id(node) in seen:
-            _fail("1 shape", f"node {node.id} reachable twice")
-        seen.add(id(node))
+    everyone = [cache.root, *nodes]
+    if len({id(n) for n in everyone}) != len(everyone):  # before the edges: a second parent names it
+        seen: set[int] = set()
+        for node in everyone:
+            if id(node) in seen:
+                _fail("1a reachable once", f"node {node.id} reachable twice")
+            seen.add(id(node))
+    for node in everyone:
         for k, c in node.children.items():
             if c.parent is not node:
-                _fail("1 shape", f"node {c.id} is child of {node.id} but its parent is {getattr(c.parent, 'id', None)}")
+                _fail(
+                    "1b parent link",
+                    f"node {c.id} is child of {node.id} but its parent is {getattr(c.parent, 'id', None)}",
+                )
             if not c.key:
-                _fail("1 shape", f"node {c.id} has an empty key")
+                _fail("1c key", f"node {c.id} has an empty key")
             if k != c.key[0]:
-                _fail("1 shape", f"node {c.id} indexed under {k!r} but its first key is {c.key[0]!r}")
+                _fail("1d child index", f"node {c.id} indexed under {k!r} but its first key is {c.key[0]!r}")
         n = len(node.key)
         if node.value is not None and len(node.value) != n:
-            _fail("3 lengths", f"node {node.id}: {len(node.value)} device pages for {n} keys")
+            _fail("3a device lengths", f"node {node.id}: {len(node.value)} device pages for {n} keys")
         if node.host_value is not None and len(node.host_value) != n:
-            _fail("3 lengths", f"node {node.id}: {len(node.host_value)} host pages for {n} keys")
+            _fail("3b host lengths", f"node {node.id}: {len(node.host_value)} host pages for {n} keys")
         if node is not cache.root and node.hashes is not None and len(node.hashes) != n:
-            _fail("3 lengths", f"node {node.id}: {len(node.hashes)} page hashes for {n} keys")
+            _fail("3c hash lengths", f"node {node.id}: {len(node.hashes)} page hashes for {n} keys")
 
 
 def _check_states(cache: HiCache, nodes: list[Node]) -> None:
@@ -70,32 +77,35 @@ def _check_states(cache: HiCache, nodes: list[Node]) -> None:
             _fail("4 device prefix-closure", f"node {node.id} is on device but its parent {parent.id} is not")
         if cache.buffer_only:
             if node.host_value is not None:
-                _fail("5 buffer_only", f"node {node.id} holds a host copy in buffer_only mode")
+                _fail("5a buffer_only host", f"node {node.id} holds a host copy in buffer_only mode")
             if node.value is None:
-                _fail("5 buffer_only", f"node {node.id} is evicted but still in the tree")
+                _fail("5b buffer_only evicted", f"node {node.id} is evicted but still in the tree")
             continue
         if node.value is None and node.host_value is None:
-            _fail("5 no empty nodes", f"node {node.id} has neither device nor host copy")
+            _fail("5c no empty nodes", f"node {node.id} has neither device nor host copy")
         parent_ok = parent is cache.root or parent.host_value is not None
         if boundary and node.value is None and not parent_ok:
-            _fail("15 host boundary", f"H-only node {node.id} hangs under node {parent.id} without host copy")
+            _fail("15a host boundary", f"H-only node {node.id} hangs under node {parent.id} without host copy")
         if prefix_closed and node.host_value is not None and not parent_ok:
-            _fail("15 host prefix-closure", f"node {node.id} is backed up but its parent {parent.id} is not")
+            _fail("15b host prefix-closure", f"node {node.id} is backed up but its parent {parent.id} is not")
         if node.n_dev_children != sum(c.value is not None for c in node.children.values()):
-            _fail("8 child counts", f"node {node.id} counts {node.n_dev_children} device children")
+            _fail("8a device child counts", f"node {node.id} counts {node.n_dev_children} device children")
         if node.n_host_children != sum(c.host_value is not None for c in node.children.values()):
-            _fail("8 child counts", f"node {node.id} counts {node.n_host_children} host children")
+            _fail("8b host child counts", f"node {node.id} counts {node.n_host_children} host children")
 
 
 def _check_locks(cache: HiCache, nodes: list[Node]) -> None:
     for node in nodes:
         if node.value is None and node.lock_ref != 0:
-            _fail("6 locks", f"evicted node {node.id} has lock_ref {node.lock_ref}")
+            _fail("6a evicted unlocked", f"evicted node {node.id} has lock_ref {node.lock_ref}")
         if node.lock_ref < 0 or node.host_ref < 0:
-            _fail("6 locks", f"node {node.id} lock_ref {node.lock_ref} host_ref {node.host_ref}")
+            _fail("6b refs non-negative", f"node {node.id} lock_ref {node.lock_ref} host_ref {node.host_ref}")
         parent = node.parent
         if parent is not cache.root and parent.lock_ref < node.lock_ref:
-            _fail("6 locks", f"node {node.id} lock_ref {node.lock_ref} > parent {parent.id} lock_ref {parent.lock_ref}")
+            _fail(
+                "6c lock order",
+                f"node {node.id} lock_ref {node.lock_ref} > parent {parent.id} lock_ref {parent.lock_ref}",
+            )
 
 
 def _check_accounting(cache: HiCache, nodes: list[Node]) -> None:
@@ -103,17 +113,17 @@ def _check_accounting(cache: HiCache, nodes: list[Node]) -> None:
     unlocked = sum(len(n.value) for n in nodes if n.value is not None and n.lock_ref == 0)
     if cache.evictable_pages + cache.protected_pages != total:
         _fail(
-            "7 accounting",
+            "7a device accounting",
             f"evictable {cache.evictable_pages} + protected {cache.protected_pages} "
             f"!= {total} device pages in the tree",
         )
     if cache.evictable_pages != unlocked:
-        _fail("7 accounting", f"evictable {cache.evictable_pages} != {unlocked} unlocked device pages")
+        _fail("7b evictable accounting", f"evictable {cache.evictable_pages} != {unlocked} unlocked device pages")
     counted = (cache.tree_host_pages, cache.mirror_pages)
     host = sum(len(n.key) for n in nodes if n.host_value is not None)
     mirror = sum(len(n.key) for n in nodes if n.value is not None and n.host_value is not None)
     if counted != (host, mirror):
-        _fail("7 accounting", f"residency counts (host, mirror) {counted} != {(host, mirror)} from the tree")
+        _fail("7c residency counts", f"residency counts (host, mirror) {counted} != {(host, mirror)} from the tree")
 
 
 def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
@@ -122,19 +132,19 @@ def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
     if want_dev != got_dev:
         extra = sorted(n.id for n in got_dev - want_dev)
         missing = sorted(n.id for n in want_dev - got_dev)
-        _fail("8 device leaves", f"candidate set differs: extra nodes {extra[:5]}, missing {missing[:5]}")
+        _fail("8c device candidates", f"candidate set differs: extra nodes {extra[:5]}, missing {missing[:5]}")
     want_host = {n for n in nodes if cache.host_rule.is_candidate(cache, n)}
     got_host = set(cache._host_cands)
     if want_host != got_host:
         extra = sorted(n.id for n in got_host - want_host)
         missing = sorted(n.id for n in want_host - got_host)
-        _fail("8 host leaves", f"candidate set differs: extra nodes {extra[:5]}, missing {missing[:5]}")
-    _check_keys("8 device leaves", cache._dev_heap, cache._dev_cands, cache.strategy.key)
+        _fail("8d host candidates", f"candidate set differs: extra nodes {extra[:5]}, missing {missing[:5]}")
+    _check_keys("8e device heap keys", cache._dev_heap, cache._dev_cands, cache.strategy.key)
     rule = cache.host_rule
-    _check_keys("8 host leaves", cache._host_heap, cache._host_cands, lambda n: rule.pure_key(cache, n))
+    _check_keys("8f host heap keys", cache._host_heap, cache._host_cands, lambda n: rule.pure_key(cache, n))
     problem = rule.check(cache)
     if problem is not None:
-        _fail("8 host leaves", problem)
+        _fail("8g host rule index", problem)
 
 
 def _check_keys(rule: str, heap: list, cands: dict, pure_key) -> None:
@@ -211,17 +221,17 @@ def _check_slots(cache: HiCache, nodes: list[Node], held: list[int]) -> None:
 def _check_inflight(cache: HiCache) -> None:
     for tid, (node, _n) in cache.ongoing_write.items():
         if node.lock_ref < 1:
-            _fail("15 write_backup", f"node {node.id} has a pending write {tid} but is not locked")
+            _fail("15c write pinned", f"node {node.id} has a pending write {tid} but is not locked")
     for tid, node in cache.ongoing_load.items():
         if node.lock_ref < 1:
-            _fail("16 load_back", f"node {node.id} has a pending load {tid} but is not locked")
+            _fail("16 load pinned", f"node {node.id} has a pending load {tid} but is not locked")
     occupied = sum(len(op.keys) for op in cache.ongoing_prefetch.values())
     if occupied != cache.prefetch_occupied_pages:
-        _fail("17 prefetch", f"occupied {cache.prefetch_occupied_pages} pages != {occupied} in ongoing ops")
+        _fail("17a prefetch occupancy", f"occupied {cache.prefetch_occupied_pages} pages != {occupied} in ongoing ops")
     for rid, op in cache.ongoing_prefetch.items():
         pinned = op.anchor.host_ref if op.pin == "host" else op.anchor.lock_ref
         if op.pin != "none" and pinned < 1:
-            _fail("17 prefetch", f"prefetch {rid}: anchor node {op.anchor.id} is not pinned ({op.pin})")
+            _fail("17b prefetch anchor pin", f"prefetch {rid}: anchor node {op.anchor.id} is not pinned ({op.pin})")
 
 
 def _check_duplicates(cache: HiCache, nodes: list[Node]) -> None:
@@ -229,12 +239,14 @@ def _check_duplicates(cache: HiCache, nodes: list[Node]) -> None:
     tracked = cache.host_duplicates
     if not cache._track_dups:
         if tracked:
-            _fail("23 host duplicates", f"{len(tracked)} nodes tracked but this configuration tracks none")
+            _fail("23a host duplicates off", f"{len(tracked)} nodes tracked but this configuration tracks none")
         return
     in_tree = set(nodes)
     for node in tracked:
         if node not in in_tree:
-            _fail("23 host duplicates", f"node {node.id} is tracked as a duplicate but is no longer in the tree")
+            _fail(
+                "23b host duplicates in tree", f"node {node.id} is tracked as a duplicate but is no longer in the tree"
+            )
     for node in nodes:
         if cache.is_settled_duplicate(node) and node not in tracked:
-            _fail("23 host duplicates", f"node {node.id} is D+H with nothing in flight but not tracked")
+            _fail("23c host duplicates tracked", f"node {node.id} is D+H with nothing in flight but not tracked")
