@@ -323,9 +323,11 @@ def swept_keys(folder: Path) -> list[str] | None:
 
 
 def _done(points_dir: Path, p: PlannedPoint) -> bool:
-    """A point is done when its file exists and records the same identity."""
+    """A point is done when its file exists and records the same identity; a file cut short or
+    damaged into something that is not a point record is recomputed (and overwritten)."""
     f = points_dir / f"{p.file_id}.json"
     try:
-        return json.loads(f.read_text(encoding="utf-8")).get("identity") == p.identity
+        row = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    return isinstance(row, dict) and row.get("identity") == p.identity
