@@ -81,11 +81,24 @@ def _draw_run(folder: Path) -> list[Path]:
     return written
 
 
+def _sweep_name(folder: Path) -> str:
+    """The base scenario's name from the folder's manifest (the title ``sweep`` gave its figures), else the
+    folder's name (a folder from before the manifest, or one whose manifest cannot be read)."""
+    from ..sweep import MANIFEST
+
+    try:
+        base = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("base_scenario")
+    except (OSError, ValueError, AttributeError):
+        return folder.name
+    name = base.get("name") if isinstance(base, dict) else None
+    return name if isinstance(name, str) and name else folder.name
+
+
 def _draw_sweep(folder: Path) -> list[Path]:
     from ..output.plots import sweep_figures
     from ..sweep import swept_keys
 
-    written = sweep_figures(_table(folder / "sweep.parquet"), folder, folder.name, swept_keys(folder))
+    written = sweep_figures(_table(folder / "sweep.parquet"), folder, _sweep_name(folder), swept_keys(folder))
     if not written:
         raise UserError(f"{folder / 'sweep.parquet'}: nothing to draw (no points, or no swept key in the table)")
     return written

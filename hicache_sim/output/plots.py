@@ -239,11 +239,19 @@ HOST_SIZE_KEYS = ("cache.host_ratio", "cache.host_size_gb", "cache.host_tokens")
 LEGACY_SWEEP_KEYS = ("cache.write_policy", "cache.host_eviction", "cache.host_memory_mode", "cache.host_ratio")
 
 
+def grid_order(table: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The swept keys in the order the grid swept them, whatever order ``keys`` lists them in: a sweep
+    table's row starts with its point's overrides in grid order, while the folder's manifest stores them
+    sorted. So ``plot`` draws the figure ``sweep`` drew (same x axis, same line styles)."""
+    columns = {c: i for i, c in enumerate(table.columns)}
+    return sorted(keys, key=lambda k: columns.get(k, len(columns)))
+
+
 def sweep_axes(table: pd.DataFrame, keys: list[str]) -> tuple[str, str, list[str]]:
     """(x column, x label, grouping columns) of a sweep's figures: the host/device ratio when the host
-    size is swept, else the first numeric swept key (else the first swept key); every other swept key
-    that varies draws its own line."""
-    varying = [k for k in keys if k in table and table[k].nunique() > 1]
+    size is swept, else the first numeric swept key (else the first swept key, in grid order); every
+    other swept key that varies draws its own line."""
+    varying = [k for k in grid_order(table, keys) if k in table and table[k].nunique() > 1]
     if "host_to_device_ratio" in table and any(k in HOST_SIZE_KEYS for k in varying):
         return "host_to_device_ratio", "host / device ratio", [k for k in varying if k not in HOST_SIZE_KEYS]
     numeric = [k for k in varying if _is_number(table[k])]
