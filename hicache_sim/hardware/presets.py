@@ -90,7 +90,8 @@ _CONTEXT_LEN = {
     "deepseek-r1": 163840,
 }
 # DeepSeek-V3 / R1 config.json: hidden 7168, 256 routed experts of 2048, top 8, one shared expert, the
-# first 3 layers dense (first_k_dense_replace).
+# first 3 layers dense (first_k_dense_replace). Both checkpoints store the linear weights in fp8 (e4m3,
+# 128x128 blocks: quantization_config), which is what lets 671 B parameters fit on eight 141 GB GPUs.
 _DEEPSEEK_V3 = ModelPreset(
     "deepseek-v3",
     61,
@@ -108,6 +109,7 @@ _DEEPSEEK_V3 = ModelPreset(
     moe_intermediate_size=2048,
     shared_experts=1,
     dense_layers=3,
+    weights_dtype="fp8",
 )
 for _m in (
     ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03, hidden_size=4096),
@@ -160,9 +162,8 @@ for _m in (
         dense_layers=3,
     ),
     _DEEPSEEK_V3,
-    # DeepSeek-R1 is the V3 architecture; its checkpoint stores the linear weights in fp8 (e4m3, 128x128
-    # blocks), which is what lets 671 B parameters fit on eight 141 GB GPUs.
-    replace(_DEEPSEEK_V3, name="deepseek-r1", weights_dtype="fp8"),
+    # DeepSeek-R1 is the V3 architecture and quantisation.
+    replace(_DEEPSEEK_V3, name="deepseek-r1"),
 ):
     MODELS.add(_m.name, replace(_m, context_len=_CONTEXT_LEN[_m.name]))
 

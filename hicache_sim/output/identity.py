@@ -18,7 +18,7 @@ from .. import __version__
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 # Scenario keys that name an input file, wherever they sit in the scenario.
-FILE_KEYS = ("path", "lengths_from", "calibration")
+FILE_KEYS = ("path", "lengths_from", "calibration", "config")
 # Scenario keys that change nothing computed (text for people, and the grid itself).
 NOT_COMPUTED = ("description", "sweep")
 
@@ -57,6 +57,7 @@ def computed_part(dump: dict) -> dict:
 
 def input_files(dump: dict, base_dir: str | Path | None) -> dict[str, str]:
     """Every input file the scenario names (dotted key -> content digest; 'missing' if absent)."""
+    from ..hardware.hfconfig import config_path
     from ..scenario import resolve_builtin
     from ..workloads.build import trace_path
 
@@ -67,7 +68,11 @@ def input_files(dump: dict, base_dir: str | Path | None) -> dict[str, str]:
             for k, v in node.items():
                 key = f"{prefix}{k}"
                 if k in FILE_KEYS and isinstance(v, str):
-                    p = resolve_builtin(v, "calibration") if k == "calibration" else trace_path(v, base_dir)
+                    if k == "config":  # model.config: a checkpoint's config.json
+                        p = Path(config_path(v))
+                        p = p / "config.json" if p.is_dir() else p
+                    else:
+                        p = resolve_builtin(v, "calibration") if k == "calibration" else trace_path(v, base_dir)
                     found[key] = file_digest(p) if p.is_file() else "missing"
                 else:
                     walk(v, f"{key}.")

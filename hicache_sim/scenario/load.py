@@ -103,7 +103,17 @@ def load_scenario_data(path: str | Path) -> dict:
         raise ScenarioError(f"{path}: empty scenario; expected a mapping (name, model, cache, workload, ...)")
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping at the top level")
+    _model_config_beside(data, p.parent)
     return data
+
+
+def _model_config_beside(data: dict, folder: Path) -> None:
+    """A relative ``model.config`` names a file beside the scenario: made absolute here, so every later
+    reader (sweep workers, the written scenario, result identities) finds the same file (mutates)."""
+    model = data.get("model")
+    config = model.get("config") if isinstance(model, dict) else None
+    if isinstance(config, str) and config and not config.startswith("builtin:") and not Path(config).is_absolute():
+        model["config"] = str((folder / config).resolve())
 
 
 def build_scenario(data: dict, source: str, overrides: list[str] = ()) -> Scenario:

@@ -361,14 +361,100 @@ def _device_tokens(
     else:
         device_tokens = memory.kv_tokens(bpt, page)
         if device_tokens < page:
-            raise ConfigError(
-                "hardware.mem_fraction_static",
-                f"{model.name} leaves no KV pool on {gpu.name} at {ranks} ({memory.describe()}); "
-                "raise tp or pp, or give cache.device_tokens",
-            )
+            raise ConfigError("hardware.mem_fraction_static", no_pool_message(sc, model, gpu, memory))
     if device_tokens < page:
         raise ConfigError("cache.device_tokens", f"device pool must hold at least one page ({page} tokens)")
     return device_tokens
+
+
+def _pool_tokens(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> int:
+    """Device pool (tokens) SGLang's profiling leaves ``model`` on ``gpu`` at ``sc``'s tp x pp; 0: none.
+    Raises ConfigError where SGLang refuses the split itself."""
+    hw = sc.hardware
+    check_tp(model, hw.tp)
+    check_pp(model, hw.pp)
+    bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, model.num_layers // hw.pp), hw.tp)
+    plan = memory_plan(sc, model, gpu, chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu))
+    return plan.kv_tokens(bpt, sc.cache.page_size)
+
+
+def _holds(sc: Scenario, model: ModelPreset, on: GPUPreset, **hardware: object) -> bool:
+    """Would SGLang leave at least one page of KV on ``on`` with these hardware fields changed?"""
+    trial = sc.model_copy(update={"hardware": sc.hardware.model_copy(update=hardware)})
+    try:
+        return _pool_tokens(trial, model, on) >= sc.cache.page_size
+    except ConfigError:
+        return False
+
+
+# Most ranks a remedy proposes (eight nodes of eight GPUs).
+MAX_RANKS = 64
+
+
+def _more_tp(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
+    hw = sc.hardware
+    for tp in range(hw.tp + 1, MAX_RANKS // hw.pp + 1):
+        if _holds(sc, model, gpu, tp=tp):
+            return f"--tp-size {tp} (hardware.tp; weights per rank / {tp / hw.tp:g})"
+    return None
+
+
+def _more_pp(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
+    hw = sc.hardware
+    for pp in range(hw.pp + 1, MAX_RANKS // hw.tp + 1):
+        if _holds(sc, model, gpu, pp=pp):
+            return f"--pp-size {pp} (hardware.pp; weights per rank / {pp / hw.pp:g})"
+    return None
+
+
+def _larger_gpu(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
+    mib = sc.hardware.memory_mib or gpu.memory_mib
+    gpus = (GPUS.get(name) for name in GPUS.names())
+    bigger = sorted((g for g in gpus if g.memory_mib > mib), key=lambda g: (g.memory_mib, g.name))
+    fits = [g.name for g in bigger if _holds(sc, model, g, gpu=g.name, memory_mib=None)]
+    return f"a GPU with more memory at the same ranks (hardware.gpu: {', '.join(fits)})" if fits else None
+
+
+def _fp8_weights(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
+    if WEIGHT_BYTES[model.weights_dtype] <= WEIGHT_BYTES["fp8"]:
+        return None
+    fp8 = dataclasses.replace(model, weights_dtype="fp8")
+    if not _holds(sc, fp8, gpu):
+        return None
+    return "an fp8 checkpoint of the model (model.weights_dtype: fp8, or its config.json: half the weight bytes)"
+
+
+def _mem_fraction(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
+    for mfs in (0.85, 0.88, 0.9, 0.92, 0.94):
+        if mfs > (sc.hardware.mem_fraction_static or 0.0) and _holds(sc, model, gpu, mem_fraction_static=mfs):
+            return f"--mem-fraction-static {mfs} (hardware.mem_fraction_static; less kept back for activations)"
+    return None
+
+
+#: What could give a model that leaves no KV pool one, each tried in the scenario's place; the message
+#: lists those that would (a remedy that cannot help is never printed).
+NO_POOL_REMEDIES = (_more_tp, _more_pp, _larger_gpu, _fp8_weights, _mem_fraction)
+
+
+def no_pool_message(sc: Scenario, model: ModelPreset, gpu: GPUPreset, memory: MemoryPlan) -> str:
+    """Why no KV pool is left (the weight bytes per rank and their dtype) and the changes that would
+    leave one, each checked with the same memory profile."""
+    hw = sc.hardware
+    ranks = hw.tp * hw.pp
+    weights = (
+        f"{memory.weight_bytes / GIB:.2f} GiB of {model.weights_dtype} weights per rank "
+        f"({model.params_b:g} B parameters x {WEIGHT_BYTES[model.weights_dtype]:g} B / {ranks} rank{'s' * (ranks > 1)})"
+    )
+    helps = [r for r in (remedy(sc, model, gpu) for remedy in NO_POOL_REMEDIES) if r]
+    advice = (
+        f"any of these leaves one: {'; '.join(helps)}"
+        if helps
+        else f"no tp / pp split up to {MAX_RANKS} ranks, larger GPU preset or fp8 checkpoint leaves one"
+    )
+    return (
+        f"{model.name} leaves no KV pool on {gpu.name} at tp {hw.tp} x pp {hw.pp}: {weights} "
+        f"({memory.describe()}); {advice}; to simulate a pool no such GPU holds, give cache.device_tokens"
+    )
 
 
 # SGLang's host-memory auto-sizing (mem_cache/hicache_auto_size.py, pool_host/base.py): 10 GiB of the

@@ -21,6 +21,7 @@ from ..core import (
 from ..core.schedule import check_policy
 from ..core.stores import STORE_MODELS, knob_readers
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
+from ..hardware.hfconfig import config_path, model_from_config
 from ..hardware.presets import (
     GPUS,
     LINKS,
@@ -55,9 +56,16 @@ def _in_registry(registry, value: str) -> str:
 
 
 class ModelSpec(_Strict):
-    """A model preset, optionally with fields overridden, or explicit dimensions."""
+    """A model preset or a checkpoint's config.json, optionally with fields overridden, or explicit
+    dimensions."""
 
     preset: str | None = Field(None, description="model preset name (see `hicache-sim run --help`)")
+    config: str | None = Field(
+        None,
+        description="a checkpoint's config.json or the folder holding it (relative: to the scenario file; "
+        "builtin:NAME: hicache_sim/data/models/NAME): layers, heads, MLA ranks, experts, context length and "
+        "weights dtype as SGLang reads them; fields given beside it override it",
+    )
     num_layers: int | None = Field(None, gt=0, description="transformer layers")
     attention: Literal["mha", "mla"] | None = Field(None, description="mha (MHA/GQA) or mla")
     num_kv_heads: int | None = Field(None, gt=0, description="KV heads (MHA/GQA)")
@@ -86,11 +94,26 @@ class ModelSpec(_Strict):
     def _preset_known(cls, v: str | None) -> str | None:
         return None if v is None else _in_registry(MODELS, v)
 
+    @field_validator("config")
+    @classmethod
+    def _config_readable(cls, v: str | None) -> str | None:
+        """Read the file now, so a bad one is one line of ``validate`` naming the file and key."""
+        if v is not None:
+            model_from_config(config_path(v))
+        return v
+
+    @model_validator(mode="after")
+    def _one_base(self) -> ModelSpec:
+        if self.preset is not None and self.config is not None:
+            raise ValueError("give preset or config, not both (fields beside either override it)")
+        return self
+
     def resolve(self) -> ModelPreset:
-        """Preset with overrides applied, or a model from explicit dimensions."""
-        fields = {k: v for k, v in self.model_dump().items() if v is not None and k not in ("preset", "dtype")}
-        if self.preset is not None:
-            base = MODELS.get(self.preset)
+        """Preset or config.json with overrides applied, or a model from explicit dimensions."""
+        skip = ("preset", "config", "dtype")
+        fields = {k: v for k, v in self.model_dump().items() if v is not None and k not in skip}
+        if self.preset is not None or self.config is not None:
+            base = MODELS.get(self.preset) if self.preset else model_from_config(config_path(self.config))
             return ModelPreset(**{**base.__dict__, **fields})
         need = ["num_layers", "params_b"]
         missing = [k for k in need if k not in fields]

@@ -1,9 +1,10 @@
-"""Model presets by the names SGLang is launched with (``--model-path``): Hugging Face ids, or a local
-folder named like one (each preset's context length is in :mod:`hicache_sim.hardware.presets`)."""
+"""Models by what SGLang is launched with (``--model-path``): a local checkpoint folder (its config.json),
+or a preset by its Hugging Face id or a folder named like one (each preset's context length is in
+:mod:`hicache_sim.hardware.presets`)."""
 
 from __future__ import annotations
 
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 # preset -> Hugging Face ids, the first one printed by sglang-args.
 PRESET_MODELS: dict[str, tuple[str, ...]] = {
@@ -61,3 +62,19 @@ def hf_id(preset: str) -> str | None:
     """The Hugging Face id sglang-args prints for ``preset`` (None for a model given by dimensions)."""
     entry = PRESET_MODELS.get(preset)
     return entry[0] if entry else None
+
+
+def local_config(model_path: str) -> str | None:
+    """The config.json of ``--model-path`` when it is a local folder holding one (SGLang reads the model
+    from it), as an absolute path; None otherwise (a Hugging Face id, or a folder elsewhere)."""
+    config = Path(model_path) / "config.json"
+    return str(config.resolve()) if config.is_file() else None
+
+
+def model_path_of(config: str) -> str:
+    """The ``--model-path`` a scenario's ``model.config`` stands for: a vendored preset's Hugging Face id
+    (``builtin:NAME``), else the folder holding the file."""
+    if config.startswith("builtin:"):
+        return hf_id(config.removeprefix("builtin:")) or config
+    p = Path(config)
+    return str(p.parent if p.name == "config.json" else p)

@@ -33,7 +33,7 @@ from ..hardware.allreduce import CUSTOM_MAX_MIB
 from ..hardware.presets import MODELS, STORAGE
 from ..scenario.schema import AUTO
 from .flags import SglangArgsError
-from .models import hf_id, preset_for
+from .models import hf_id, local_config, model_path_of, preset_for
 
 MISSING: Any = object()
 
@@ -200,21 +200,23 @@ def _model_read(ctx: ReadContext) -> dict[str, Any]:
         return {"model.preset": ctx.preset}
     if raw is None:
         raise SglangArgsError("--model-path: missing (SGLang requires it); give it, or --preset NAME")
+    config = local_config(raw)
+    if config is not None:
+        return {"model.config": config}
     preset = preset_for(raw)
     if preset is None:
         raise SglangArgsError(
             f"--model-path {raw}: not a model hicache-sim knows by name; rerun with --preset NAME for the "
-            f"preset of the same architecture (one of: {', '.join(MODELS.names())}), or write the scenario's "
-            "model section by hand: num_layers, num_kv_heads, head_dim, q_heads, params_b (attention: mla "
-            "with kv_lora_rank, qk_rope_head_dim)"
+            f"preset of the same architecture (one of: {', '.join(MODELS.names())}), give the local folder "
+            "holding its config.json, or write the scenario's model section: config: path/to/config.json"
         )
     return {"model.preset": preset}
 
 
 def _model_write(ctx: WriteContext) -> list[str]:
     m = ctx.sc.model
-    path = hf_id(m.preset) if m.preset else None
-    dims = [k for k in m.model_fields_set if k not in ("preset", "dtype")]
+    path = hf_id(m.preset) if m.preset else model_path_of(m.config) if m.config else None
+    dims = [k for k in m.model_fields_set if k not in ("preset", "config", "dtype")]
     if path is None or dims:
         ctx.notes.append("model: not a preset as published (explicit dimensions); --model-path must name those weights")
     return ["--model-path", path or "PATH/TO/MODEL"]
