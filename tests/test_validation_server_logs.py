@@ -8,14 +8,17 @@ import pytest
 from validation.server_logs import check_log, log_dirs
 
 #: Log -> (decode intervals, knobs pinned, held-out decode error of the fitted knobs: median, p90 %),
-#: as `python -m validation.server_logs` measured them. The tolerance, 0.1 percentage point, is what
-#: the least-squares fit may move between scipy / numpy versions (it stops at xtol 1e-12; the
-#: held-out error is set by the log's own scatter, gen throughput 181-187 token/s at one shape),
-#: a fifth of the median itself: a change of the parser's intervals or the fit's knob moves it more.
+#: as `python -m validation.server_logs` measured them (results/validation/server_logs.md). The
+#: tolerance, 0.05 percentage point, covers the rounding of the figures above and what the
+#: least-squares fit may move between scipy / numpy versions (it stops at xtol 1e-12); the held-out
+#: error itself is set by each log's own scatter (gen throughput 181-187 token/s at one shape in
+#: #3909, 150.2-151.0 in #22166), so a change of the intervals the parser keeps or of the knob the
+#: fit picks moves it by more.
 MEASURED = {
     "sglang_3909_dsr1_h20": (16, {"hbm_efficiency"}, (0.50, 0.89)),
+    "sglang_22166_llama8b_a100": (8, {"hbm_efficiency"}, (0.03, 0.04)),
 }
-TOLERANCE_PP = 0.1
+TOLERANCE_PP = 0.05
 
 
 def test_every_vendored_log_has_its_measured_row():
