@@ -8,6 +8,7 @@ A hypothesis test at the end feeds values of the wrong type or range to every sc
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -1215,3 +1216,97 @@ def test_yaml_merge_keys_keep_their_meaning_and_a_written_twice_key_is_refused()
     assert merged["cache"] == {"page_size": 512, "host_ratio": 4}
     with pytest.raises(yaml.YAMLError, match="found duplicate key 'host_ratio'"):
         load_yaml("cache:\n  <<: {page_size: 512}\n  host_ratio: 4\n  host_ratio: 2\n")
+
+
+# --------------------------------------------------------------------------- model config.json
+
+#: A config.json SGLang 0.5.23 could load (LlamaForCausalLM), for the rows below to break one key of.
+GOOD_MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 1000,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _model_config(t: Path, content) -> dict:
+    """A scenario whose model is read from ``t/m/config.json`` (``content``: a dict, or text as is)."""
+    (t / "m").mkdir(exist_ok=True)
+    text = content if isinstance(content, str) else json.dumps(content)
+    (t / "m" / "config.json").write_text(text)
+    return {**TINY, "model": {"config": "m/config.json"}}
+
+
+MODEL_CONFIG_CASES = [
+    pytest.param(
+        lambda t: {**TINY, "model": {"config": "nowhere/config.json"}},
+        ["bad.yaml", "model.config", "config.json not found"],
+        id="config-missing",
+    ),
+    pytest.param(lambda t: _model_config(t, "{not json"), ["config.json", "line 1", "not JSON"], id="config-not-json"),
+    pytest.param(lambda t: _model_config(t, "[1, 2]"), ["config.json", "JSON object"], id="config-a-list"),
+    pytest.param(
+        lambda t: _model_config(t, {k: v for k, v in GOOD_MODEL_CONFIG.items() if k != "num_hidden_layers"}),
+        ["config.json", "num_hidden_layers: missing"],
+        id="config-no-layers",
+    ),
+    pytest.param(
+        lambda t: _model_config(t, {**GOOD_MODEL_CONFIG, "num_attention_heads": "16"}),
+        ["config.json", "num_attention_heads", "expected an integer"],
+        id="config-heads-a-string",
+    ),
+    pytest.param(
+        lambda t: _model_config(t, {**GOOD_MODEL_CONFIG, "architectures": ["NoSuchForCausalLM"]}),
+        ["config.json", "architectures", "'NoSuchForCausalLM'", "SGLang 0.5.23"],
+        id="config-unknown-architecture",
+    ),
+    pytest.param(
+        lambda t: _model_config(t, {k: v for k, v in GOOD_MODEL_CONFIG.items() if k != "architectures"}),
+        ["config.json", "architectures: missing"],
+        id="config-no-architectures",
+    ),
+    pytest.param(
+        lambda t: _model_config(t, {**GOOD_MODEL_CONFIG, "quantization_config": {"quant_method": "awq", "bits": 4}}),
+        ["config.json", "quantization_config.quant_method", "'awq'", "fp8"],
+        id="config-int4-checkpoint",
+    ),
+    pytest.param(
+        lambda t: _model_config(t, {**GOOD_MODEL_CONFIG, "layer_types": ["sliding_attention", "full_attention"] * 2}),
+        ["config.json", "layer_types", "sliding-window"],
+        id="config-hybrid-attention",
+    ),
+    pytest.param(
+        lambda t: _model_config(t, {**GOOD_MODEL_CONFIG, "torch_dtype": "int8"}),
+        ["config.json", "torch_dtype", "'int8'"],
+        id="config-odd-dtype",
+    ),
+    pytest.param(
+        lambda t: {**_model_config(t, GOOD_MODEL_CONFIG), "model": {"config": "m", "preset": "llama-3.1-8b"}},
+        ["bad.yaml", "model", "preset or config, not both"],
+        id="config-and-preset",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), MODEL_CONFIG_CASES)
+@pytest.mark.parametrize("verb", ["run", "validate"])
+def test_bad_model_config(tmp_path, verb, make, fragments):
+    sc = write_scenario(tmp_path, make(tmp_path))
+    before = snapshot(tmp_path)
+    extra = ["--out", tmp_path / "out"] if verb == "run" else []
+    assert_user_error(invoke(verb, sc, *extra), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_bad_config_of_a_local_model_path(tmp_path):
+    """from-sglang reading a local --model-path folder: its config.json's fault, one line, nothing written."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    out = tmp_path / "s.yaml"
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tmp_path / "m")]
+    assert_user_error(invoke("from-sglang", "--out", out, "--", *launch), "config.json", "missing")
+    assert not out.exists()
