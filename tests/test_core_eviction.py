@@ -339,6 +339,40 @@ def test_reclaim_mirrors_under_write_back_takes_mirrors_first_at_any_host_size(h
     check(c)
 
 
+@pytest.mark.parametrize("semantics", ["2025", "2026"])
+def test_reclaim_mirrors_under_write_back_takes_a_mirror_at_the_device_boundary_before_a_stale_h_only_copy(
+    semantics,
+):
+    """Under write_back a mirror goes before any H-only copy, in both eras: its page reaches the host
+    anyway when it leaves the device. Weighed as under write_through, this mirror (the next device
+    victim) would be worth more than the older H-only copy and stay; the staged (2025) write_back has
+    no full-duplicate pass in front of the heap, so only the mirror-first order decides there."""
+    c = new_cache(
+        device_pages=16,
+        host_pages=8,
+        write_policy="write_back",
+        host_eviction="reclaim_mirrors",
+        load_back_threshold_tokens=0,
+        semantics=semantics,
+    )
+    put(c, [3, 4])
+    c.evict(100)  # [3, 4] demoted first: the stale H-only copy
+    settle(c)
+    put(c, [1, 2])
+    c.evict(100)
+    settle(c)
+    a, b = node_at(c, [1, 2]), node_at(c, [3, 4])
+    assert c.load_back(a) is a
+    settle(c)
+    put(c, [5, 6])
+    put(c, [7, 8])  # two newer device leaves: a is the device boundary
+    settle(c)
+    assert (a.state(), b.state()) == ("D+H", "H") and b.last_access < a.last_access
+    assert c.evict_host(1) == 2
+    assert (a.state(), b.state()) == ("D", "H")
+    check(c)
+
+
 def test_reclaim_mirrors_never_reclaims_a_mirror_whose_write_is_pending():
     c = new_cache(device_pages=16, host_pages=4, host_eviction="reclaim_mirrors")
     put(c, [1, 2, 3, 4])  # D2H in flight: node locked, write pending
