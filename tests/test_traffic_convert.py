@@ -243,7 +243,7 @@ def test_bench_multiturn_summary_is_refused_with_what_to_do(tmp_path):
 
 def test_format_can_be_forced(tmp_path):
     r, _ = convert(tmp_path, "sglang_requests.jsonl", "--format", "openai")
-    assert_user_error(r, "no request could be converted", "line 1", "'messages'")
+    assert_user_error(r, "no request could be converted", "line 1", "not an OpenAI request")
 
 
 def test_every_log_reader_is_a_format_choice():

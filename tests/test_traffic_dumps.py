@@ -152,3 +152,49 @@ def test_stand_ins_keep_slot_state_too():
     obj = Inert()
     obj.__setstate__(({"text": "hi"}, {"input_ids": [1, 2]}))  # (__dict__, __slots__ values)
     assert fields(obj) == {"text": "hi", "input_ids": [1, 2]}
+
+
+# A few bytes that make a plain unpickler allocate what they declare (sizes kept at 256 MiB so that the old
+# code's failure is cheap; the same bytes with 2**31 took 2 GB): a bytearray built from a count, a bytes
+# object whose declared length exceeds the file (allocated before it is read), a memo slot far past any
+# the pickle could have filled (the memo table grows to it).
+BOMBS = {
+    "bytearray-count": b"\x80\x04\x8c\x08builtins\x8c\tbytearray\x93J\x00\x00\x00\x10\x85R.",
+    "binbytes8-length": b"\x80\x05\x8e" + (1 << 28).to_bytes(8, "little") + b"xx.",
+    "bytearray8-length": b"\x80\x05\x96" + (1 << 28).to_bytes(8, "little") + b"xx.",
+    "memo-index": b"\x80\x04N" + b"r" + (1 << 24).to_bytes(4, "little") + b".",
+}
+
+
+@pytest.mark.parametrize("content", list(BOMBS.values()), ids=list(BOMBS))
+def test_a_small_hostile_dump_is_refused_in_bounded_memory(tmp_path, content):
+    import tracemalloc
+
+    from hicache_sim.traffic.dumps import read_dump
+    from hicache_sim.workloads.errors import WorkloadError
+
+    (tmp_path / "d.pkl").write_bytes(content)
+    tracemalloc.start()
+    try:
+        with pytest.raises(WorkloadError, match=r"d\.pkl"):
+            read_dump(tmp_path / "d.pkl")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak:,} bytes allocated to refuse a {len(content)}-byte file"
+    assert_user_error(invoke("trace", "convert", tmp_path / "d.pkl", "--out", tmp_path / "t.jsonl"), "d.pkl")
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_dump_with_bytes_and_bytearrays_still_reads():
+    """The bounds refuse only what no file of this size can hold: real bytes fields pass (protocols 3-5,
+    where bytes are bytes: SGLang pickles with Python 3's default)."""
+    import io
+
+    from hicache_sim.traffic.dumps import _InertUnpickler, check_pickle
+
+    data = {"requests": [], "blob": b"x" * 100_000, "ba": bytearray(b"abc"), "big": bytearray(70_000)}
+    for protocol in (3, 4, 5):
+        raw = pickle.dumps(data, protocol=protocol)
+        check_pickle(raw, "d.pkl")
+        assert _InertUnpickler(io.BytesIO(raw)).load() == data

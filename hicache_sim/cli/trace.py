@@ -56,6 +56,12 @@ def convert(
     block_size: int = typer.Option(512, "--block-size", metavar="N", help="tokens per hash id (Mooncake: 512)"),
     strict: bool = typer.Option(False, "--strict", help="a line that cannot be converted is an error, not a skip"),
     run: int | None = typer.Option(None, "--run", metavar="N", help="bench_serving file with several runs: the Nth"),
+    time_unit: str = typer.Option(
+        "auto",
+        "--time-unit",
+        metavar="UNIT",
+        help="unit of bare-number timestamps: s | ms | us | ns (auto: Unix time by its magnitude, else seconds)",
+    ),
 ) -> None:
     """Convert LOG (OpenAI chat/completions JSONL, SGLang's JSON request log or request dumps,
     bench_serving --output-details results) into a trace: arrival, prompt and output lengths, one chain hash per
@@ -63,6 +69,7 @@ def convert(
     template, each piece tokenised on its own, so every turn of a conversation shares the previous
     turn's blocks."""
     from ..output.write import check_file_target, write_text_atomic
+    from ..traffic.clock import TIME_UNITS
     from ..traffic.convert import convert_log, trace_text
 
     with user_errors(str(log)):
@@ -72,8 +79,12 @@ def convert(
             raise UserError(f"--block-size {block_size}: expected an integer >= 1")
         if run is not None and run < 1:
             raise UserError(f"--run {run}: expected an integer >= 1")
+        if time_unit != "auto" and time_unit not in TIME_UNITS:
+            raise UserError(f"--time-unit {time_unit!r}: expected one of auto, {', '.join(TIME_UNITS)}")
         target = check_file_target(out, _is_converted_trace)
-        conv = convert_log(log, fmt=fmt, tokenizer=tokenizer, block_size=block_size, strict=strict, run=run)
+        conv = convert_log(
+            log, fmt=fmt, tokenizer=tokenizer, block_size=block_size, strict=strict, run=run, time_unit=time_unit
+        )
     with output_errors(out):
         write_text_atomic(target, trace_text(conv))
     for s in conv.skipped[:SHOWN_SKIPS]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..workloads.errors import WorkloadError
 from .blocks import BlockIds, chain_hashes
 from .chat import ChatFormatError, render_chat
-from .logs import LogRequest, Skipped, read_log
+from .logs import LogRequest, ReadOptions, Skipped, read_log
 from .tokenize import Tokenizer, load_tokenizer
 
 DEFAULT_BLOCK_SIZE = 512  # Mooncake's published traces
@@ -54,13 +54,15 @@ def convert_log(
     block_size: int = DEFAULT_BLOCK_SIZE,
     strict: bool = False,
     run: int | None = None,
+    time_unit: str = "auto",
 ) -> Converted:
     """Read, tokenise and hash the log at ``path``. ``strict``: the first line that cannot be converted
-    is an error (``WorkloadError`` naming file and line) instead of a counted skip."""
+    is an error (``WorkloadError`` naming file and line) instead of a counted skip. ``time_unit``: the
+    unit of bare-number timestamps (``auto``: ``clock.py``'s rule)."""
     if block_size < 1:
         raise WorkloadError(str(path), None, f"--block-size must be >= 1, got {block_size}")
     tok = load_tokenizer(tokenizer)
-    read = read_log(path, fmt, run)
+    read = read_log(path, fmt, ReadOptions(run=run, time_unit=time_unit))
     skipped = list(read.skipped)
     rows: list[tuple[float, int, int, list[bytes]]] = []
     used_tokenizer = False

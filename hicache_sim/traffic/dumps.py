@@ -7,12 +7,18 @@ request object, its output dict (``meta_info`` with ``completion_tokens``) and w
 finish times in seconds. Unpickling would normally import SGLang and may call anything the file
 names, so every class the file names becomes an inert stand-in that only keeps its fields; nothing
 is imported, called or executed beyond building plain containers.
+
+Memory stays bounded by the file: before unpickling, every length a pickle declares must fit in the
+bytes after it (the unpickler allocates a declared bytes object before reading it) and every memo slot
+must be one the opcodes before it could have filled (the memo table grows to the slot); a
+``bytearray`` is built from bytes, never from a count.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 from pathlib import Path
 
 from ..workloads.errors import WorkloadError
@@ -20,6 +26,13 @@ from ..workloads.errors import WorkloadError
 
 def _deque(items=(), maxlen=None) -> list:
     return list(items)
+
+
+def _bytearray(source=b"", *args) -> bytearray:
+    """``bytearray`` as pickles call it (bytes, or a str and its encoding), never ``bytearray(count)``."""
+    if not isinstance(source, (bytes, bytearray, str)):
+        raise pickle.UnpicklingError(f"bytearray from a {type(source).__name__}: a pickle builds one from bytes")
+    return bytearray(source, *args)
 
 
 def _reconstructor(cls, base=None, state=None):  # copyreg's, for protocol 0/1 pickles
@@ -30,7 +43,7 @@ _PLAIN = {
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
     ("builtins", "complex"): complex,
-    ("builtins", "bytearray"): bytearray,
+    ("builtins", "bytearray"): _bytearray,
     ("collections", "OrderedDict"): dict,
     ("collections", "deque"): _deque,
     ("copyreg", "_reconstructor"): _reconstructor,
@@ -93,10 +106,27 @@ def fields(obj) -> dict:
     return {}
 
 
+_MEMO_PUTS = frozenset(("PUT", "BINPUT", "LONG_BINPUT"))
+
+
+def check_pickle(raw: bytes, path: str) -> None:
+    """Refuse a pickle that declares more than it holds (see the module docstring): a length past the
+    end of the file, or a memo slot beyond the number of opcodes before it (Python's picklers number
+    them from 0). Walks the opcodes without building anything; ``WorkloadError`` naming the byte."""
+    try:
+        for n, (op, arg, pos) in enumerate(pickletools.genops(raw)):
+            if op.name in _MEMO_PUTS and arg > n:
+                raise ValueError(f"memo slot {arg} at byte {pos}, after only {n} opcodes")
+    except ValueError as e:  # genops: "expected N bytes in a bytes8, but only M remain", unknown opcodes
+        raise WorkloadError(path, None, f"not a readable SGLang request dump ({e})") from None
+
+
 def read_dump(path: Path) -> list[tuple]:
     """The ``(obj, out, created, finished)`` tuples of one dump file."""
+    raw = path.read_bytes()
+    check_pickle(raw, str(path))
     try:
-        data = _InertUnpickler(io.BytesIO(path.read_bytes())).load()
+        data = _InertUnpickler(io.BytesIO(raw)).load()
     except Exception as e:  # a truncated or foreign pickle fails in many ways
         raise WorkloadError(str(path), None, f"not a readable SGLang request dump ({type(e).__name__}: {e})") from None
     requests = data.get("requests") if isinstance(data, dict) else None

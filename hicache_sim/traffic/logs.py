@@ -7,16 +7,22 @@ Formats (``--format``, or detected from the first JSON object):
 
 - ``openai``: one JSON object per line, an OpenAI chat/completions request (``messages`` or
   ``prompt``), bare or under ``request``/``body`` beside a ``response``. Arrival: ``timestamp``
-  (seconds, or an ISO-8601 string) or the response's ``created`` (Unix seconds). Answer length:
+  (a number, or an ISO-8601 string) or the response's ``created``; a number's unit (s, ms, us, ns)
+  by the rule in ``clock.py``. Answer length:
   ``usage.completion_tokens`` (the response's or the line's), else ``output_length`` or
   ``output_tokens``, else the request's ``max_tokens``/``max_completion_tokens`` (an upper bound,
   counted in the report).
 - ``sglang``: SGLang's own request log, ``--log-requests --log-requests-format json
   --log-requests-target DIR`` (``--log-requests-level 3`` keeps whole prompts; level 2 cuts prompts
-  over 2048 characters or ids, such lines are skipped and say so). ``request.finished`` events give
-  the prompt (``obj.input_ids``, the server's own tokens, else ``obj.text``) and
-  ``out.meta_info.completion_tokens``; the arrival is the ``request.received`` event's timestamp for
-  the same ``rid``, else the finish time less ``meta_info.e2e_latency``.
+  over 2048 characters or ids, such lines are skipped and say so). Its handler starts every line with
+  ``[YYYY-mm-dd HH:MM:SS] ``; with ``--log-requests-target stdout`` the server's console lines come
+  in between (counted, not skipped). ``request.finished`` events give the prompt (``obj.input_ids``,
+  the server's own tokens, else ``obj.text``), ``out.meta_info.completion_tokens`` and
+  ``cached_tokens``; the arrival is the ``request.received`` event's timestamp for the same ``rid``,
+  else the finish time less ``meta_info.e2e_latency``. ``request.received.openai`` events (the raw
+  OpenAI payload, no rid) and health checks (rid ``HEALTH_CHECK_...``) are left out and counted. A
+  field abbreviated to ``<text: N chars, blake2b=...>`` (``SGLANG_LOG_REQUEST_ABBREVIATE_FIELDS``)
+  holds no prompt: such a line is skipped and says so.
 - ``bench-serving``: ``python -m sglang.bench_serving --output-file F --output-details``: one line per
   run with per-request ``input_lens``/``output_lens``/``errors``. It holds no prompts and no send
   times: every request gets blocks of its own (no prefix reuse) and arrivals ``1/request_rate``
@@ -24,7 +30,9 @@ Formats (``--format``, or detected from the first JSON object):
 
 - ``sglang-dump``: SGLang's request dumps (``--dump-requests-folder`` and ``--crash-dump-folder``
   pickles: a file or a folder of them), read inertly (``dumps.py``): prompt as above, arrival at
-  the request's created time.
+  the request's created time, health checks left out.
+
+Every reader skips a line whose JSON nests deeper than Python's parser goes (one reason, no traceback).
 
 bench_multiturn's ``--log-file`` holds one summary per run and nothing per request: it is refused
 with a pointer to SGLang's request log (which records what bench_multiturn sends) and to
@@ -35,12 +43,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from ..workloads.errors import WorkloadError
+from .clock import Clock
 from .dumps import dump_files, fields, read_dump
 
 
@@ -54,6 +63,7 @@ class LogRequest:
     output_tokens: int
     prompt: tuple[str, object]
     upper_bound_output: bool = False
+    cached_tokens: int | None = None  # what the server found cached (SGLang's meta_info), when logged
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,11 @@ class Skipped:
     where: str | None = None
 
 
+@dataclass(frozen=True)
+class TextLine(Skipped):
+    """A line that is not a JSON object at all (no ``{`` first): console output beside a request log."""
+
+
 @dataclass
 class LogRead:
     """What a reader found: requests, skipped lines, and notes for the report (one line each)."""
@@ -75,8 +90,21 @@ class LogRead:
     notes: list[str]
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """What the user said about the log: the bench_serving run, the unit of bare-number timestamps."""
+
+    run: int | None = None
+    time_unit: str = "auto"
+
+
+#: What SGLang's request-log handler puts before every message (``[%(asctime)s] `` with its datefmt).
+LOG_PREFIX = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] ")
+
+
 def _lines(path: Path) -> Iterator[tuple[int, object]]:
-    """``(line number, JSON value or Skipped)`` for every non-blank line."""
+    """``(line number, JSON value or Skipped)`` for every non-blank line, a logger's
+    ``[YYYY-mm-dd HH:MM:SS] `` prefix removed."""
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
@@ -86,20 +114,29 @@ def _lines(path: Path) -> Iterator[tuple[int, object]]:
                 continue
             if not text.strip():
                 continue
+            if m := LOG_PREFIX.match(text):
+                text = text[m.end() :]
             try:
                 yield lineno, json.loads(text)
+            except RecursionError:
+                yield lineno, Skipped(lineno, "JSON nested deeper than Python's parser goes: not a request")
             except json.JSONDecodeError as e:
                 hint = ""
                 if "Receive: obj=" in text or "Finish: obj=" in text:
                     hint = "; this is SGLang's text request log: relaunch with --log-requests-format json"
-                yield lineno, Skipped(lineno, f"not valid JSON ({e.msg}, column {e.colno}){hint}")
+                kind = Skipped if text.lstrip()[:1] == "{" else TextLine  # request logs are objects
+                yield lineno, kind(lineno, f"not valid JSON ({e.msg}, column {e.colno}){hint}")
 
 
-def _first_object(path: Path) -> dict | None:
+def _first_object(path: Path) -> dict | Skipped | None:
+    """The first JSON object in the file; else why its first line is not one; else None (no line)."""
+    first_skip = None
     for _, value in _lines(path):
         if isinstance(value, dict):
             return value
-    return None
+        if isinstance(value, Skipped) and first_skip is None:
+            first_skip = value
+    return first_skip
 
 
 def _count(v) -> int | None:
@@ -111,24 +148,23 @@ def _count(v) -> int | None:
     return v if isinstance(v, int) and v >= 0 else None
 
 
-def _seconds(v) -> float | None:
-    """A timestamp in seconds: a finite number, or an ISO-8601 string (``Z`` allowed)."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
+#: ``event`` values of SGLang's JSON request log (``request.received``, ``.received.openai``, ``.finished``).
+SGLANG_EVENT = "request."
+HEALTH_CHECK_RID = "HEALTH_CHECK"  # SGLang's prefix for /health and /health_generate requests
+
+
+def _is_sglang_event(obj) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("event"), str) and obj["event"].startswith(SGLANG_EVENT)
 
 
 # --------------------------------------------------------------------------- openai
 
 
-def _openai_line(lineno: int, obj: dict) -> LogRequest | Skipped:
+def _openai_line(lineno: int, obj: dict, clock: Clock) -> LogRequest | Skipped:
+    if _is_sglang_event(obj):
+        return Skipped(
+            lineno, f"an event of SGLang's request log ({obj['event']}), not an OpenAI request: use --format sglang"
+        )
     req = obj.get("request") if isinstance(obj.get("request"), dict) else obj.get("body")
     req = req if isinstance(req, dict) else obj
     resp = obj.get("response") if isinstance(obj.get("response"), dict) else obj
@@ -145,7 +181,9 @@ def _openai_line(lineno: int, obj: dict) -> LogRequest | Skipped:
         return Skipped(lineno, "expected 'messages' (chat) or 'prompt' (completions) in the request")
 
     raw_ts = next((v for v in (obj.get("timestamp"), req.get("timestamp"), resp.get("created")) if v is not None), None)
-    arrival = _seconds(raw_ts)
+    arrival = clock.seconds(lineno, raw_ts)
+    if isinstance(arrival, str):
+        return Skipped(lineno, arrival)
     if arrival is None:
         return Skipped(
             lineno,
@@ -167,25 +205,29 @@ def _openai_line(lineno: int, obj: dict) -> LogRequest | Skipped:
     )
 
 
-def read_openai(path: Path, run: int | None) -> LogRead:
+def read_openai(path: Path, opts: ReadOptions) -> LogRead:
     out = LogRead([], [], [])
+    clock = Clock(opts.time_unit)
     for lineno, value in _lines(path):
         if isinstance(value, Skipped):
-            out.skipped.append(value)
+            out.skipped.append(Skipped(value.line, value.reason))  # console text too: not an OpenAI line
         elif not isinstance(value, dict):
             out.skipped.append(Skipped(lineno, "expected a JSON object per line"))
         else:
-            r = _openai_line(lineno, value)
+            r = _openai_line(lineno, value, clock)
             (out.skipped if isinstance(r, Skipped) else out.requests).append(r)
     bounded = sum(r.upper_bound_output for r in out.requests)
     if bounded:
         out.notes.append(f"{bounded} answer lengths are the request's max_tokens (an upper bound): no usage logged")
+    out.notes += clock.notes()
     return out
 
 
 # --------------------------------------------------------------------------- sglang
 
 SGLANG_CUT = 1024  # --log-requests-level 2 keeps the first and last 1024 characters/ids of a longer prompt
+#: A string field SGLang logged as its length and hash (``SGLANG_LOG_REQUEST_ABBREVIATE_FIELDS``, levels 1-2).
+ABBREVIATED = re.compile(r"<(\w+): (\d+) chars, blake2b=[0-9a-f]+>")
 
 
 def _sglang_prompt(lineno: int, obj: dict) -> tuple[str, object] | Skipped:
@@ -201,32 +243,52 @@ def _sglang_prompt(lineno: int, obj: dict) -> tuple[str, object] | Skipped:
     if isinstance(text, str):
         if len(text) == 2 * SGLANG_CUT + 3 and text[SGLANG_CUT : SGLANG_CUT + 3] == "...":
             return Skipped(lineno, "obj.text cut by --log-requests-level 2; log with --log-requests-level 3")
+        if m := ABBREVIATED.fullmatch(text):
+            return Skipped(
+                lineno,
+                f"obj.text is abbreviated to its length and hash ({m.group(2)} characters, "
+                "SGLANG_LOG_REQUEST_ABBREVIATE_FIELDS): the prompt is not in the log; log with "
+                "--log-requests-level 3 or without text in that variable",
+            )
         return ("text", text)
     if isinstance(text, list):
         return Skipped(lineno, "a batched request (several prompts in one line)")
     return Skipped(lineno, "no prompt in obj (SGLang logs prompts at --log-requests-level 2 or 3)")
 
 
-def read_sglang(path: Path, run: int | None) -> LogRead:
+def _is_health_check(rid) -> bool:
+    return isinstance(rid, str) and rid.startswith(HEALTH_CHECK_RID)
+
+
+def read_sglang(path: Path, opts: ReadOptions) -> LogRead:
     out = LogRead([], [], [])
+    clock = Clock(opts.time_unit)
     received: dict[str, float] = {}
     finished: list[tuple[int, dict]] = []
-    other = 0
+    counts = {"console": 0, "openai": 0, "health": 0, "other": 0}
     for lineno, value in _lines(path):
+        if isinstance(value, TextLine):
+            counts["console"] += 1
+            continue
         if isinstance(value, Skipped):
             out.skipped.append(value)
             continue
         if not isinstance(value, dict) or "event" not in value:
             out.skipped.append(Skipped(lineno, "expected a JSON object with an 'event' (SGLang's JSON request log)"))
             continue
-        if value["event"] == "request.received":
-            ts = _seconds(value.get("timestamp"))
-            if ts is not None and isinstance(value.get("rid"), str):
-                received.setdefault(value["rid"], ts)
-        elif value["event"] == "request.finished":
+        event, rid = value["event"], value.get("rid")
+        if _is_health_check(rid):
+            counts["health"] += event == "request.finished"
+        elif event == "request.received":
+            ts = clock.seconds(lineno, value.get("timestamp"))
+            if isinstance(ts, float) and isinstance(rid, str):
+                received.setdefault(rid, ts)
+        elif event == "request.finished":
             finished.append((lineno, value))
+        elif event == "request.received.openai":
+            counts["openai"] += 1
         else:
-            other += 1
+            counts["other"] += 1
     done = set()
     for lineno, ev in finished:
         obj, res = ev.get("obj"), ev.get("out")
@@ -248,7 +310,10 @@ def read_sglang(path: Path, run: int | None) -> LogRead:
         rid = ev.get("rid", obj.get("rid"))
         arrival = received.get(rid) if isinstance(rid, str) else None
         if arrival is None:
-            end, e2e = _seconds(ev.get("timestamp")), meta.get("e2e_latency")
+            end, e2e = clock.seconds(lineno, ev.get("timestamp")), meta.get("e2e_latency")
+            if isinstance(end, str):
+                out.skipped.append(Skipped(lineno, end))
+                continue
             if end is None or isinstance(e2e, bool) or not isinstance(e2e, (int, float)) or not math.isfinite(e2e):
                 out.skipped.append(
                     Skipped(lineno, "no arrival: no request.received for this rid and no timestamp/e2e_latency")
@@ -256,19 +321,26 @@ def read_sglang(path: Path, run: int | None) -> LogRead:
                 continue
             arrival = end - float(e2e)
         done.add(rid)
-        out.requests.append(LogRequest(lineno, arrival, n_out, prompt))
+        out.requests.append(LogRequest(lineno, arrival, n_out, prompt, cached_tokens=_count(meta.get("cached_tokens"))))
     unfinished = len(set(received) - done - {ev.get("rid") for _, ev in finished})
     if unfinished:
         out.notes.append(f"{unfinished} requests were received but never finished in this log: left out")
-    if other:
-        out.notes.append(f"{other} events other than request.received/finished: ignored")
+    said = {
+        "health": "health check requests (rid HEALTH_CHECK_..., /health_generate): not traffic, left out",
+        "openai": "request.received.openai events (the raw OpenAI payload; the server's own events are used)",
+        "console": "lines of server console output (not request-log events): ignored",
+        "other": "events other than request.received/finished: ignored",
+    }
+    out.notes += [f"{counts[k]} {said[k]}" for k in said if counts[k]]
+    out.notes += clock.notes()
     return out
 
 
 # --------------------------------------------------------------------------- bench_serving
 
 
-def read_bench_serving(path: Path, run: int | None) -> LogRead:
+def read_bench_serving(path: Path, opts: ReadOptions) -> LogRead:
+    run = opts.run
     runs = [(ln, v) for ln, v in _lines(path) if isinstance(v, dict)]
     if not runs:
         raise WorkloadError(str(path), None, "expected bench_serving results (one JSON object per run)")
@@ -310,12 +382,13 @@ def read_bench_serving(path: Path, run: int | None) -> LogRead:
     return out
 
 
-def read_sglang_dump(path: Path, run: int | None) -> LogRead:
+def read_sglang_dump(path: Path, opts: ReadOptions) -> LogRead:
     files = dump_files(path)
     if not files:
         raise WorkloadError(str(path), None, "no *.pkl request dump in this folder")
     out = LogRead([], [], [])
-    order = 0
+    clock = Clock(opts.time_unit)
+    order = health = 0
     for f in files:
         for i, item in enumerate(read_dump(f), 1):
             order += 1
@@ -324,6 +397,9 @@ def read_sglang_dump(path: Path, run: int | None) -> LogRead:
                 out.skipped.append(Skipped(order, "expected (obj, out, created_time, finished_time)", where))
                 continue
             obj, res, created = fields(item[0]), item[1], item[2]
+            if _is_health_check(obj.get("rid")):
+                health += 1
+                continue
             if isinstance(res, list):
                 out.skipped.append(Skipped(order, "a batched request (several prompts in one record)", where))
                 continue
@@ -332,20 +408,24 @@ def read_sglang_dump(path: Path, run: int | None) -> LogRead:
             if n_out is None:
                 out.skipped.append(Skipped(order, "expected out.meta_info.completion_tokens", where))
                 continue
-            arrival = _seconds(created)
-            if arrival is None:
-                out.skipped.append(Skipped(order, "expected a created time in seconds", where))
+            arrival = clock.seconds(order, created)
+            if not isinstance(arrival, float):
+                out.skipped.append(Skipped(order, arrival or "expected a created time in seconds", where))
                 continue
             prompt = _sglang_prompt(order, obj)
             if isinstance(prompt, Skipped):
                 out.skipped.append(Skipped(order, prompt.reason, where))
                 continue
-            out.requests.append(LogRequest(order, arrival, n_out, prompt))
+            cached = _count(meta.get("cached_tokens"))
+            out.requests.append(LogRequest(order, arrival, n_out, prompt, cached_tokens=cached))
     out.notes.append(f"read {len(files)} dump file(s) inertly (nothing in them was imported or run)")
+    if health:
+        out.notes.append(f"{health} health check requests (rid HEALTH_CHECK_...): not traffic, left out")
+    out.notes += clock.notes()
     return out
 
 
-def refuse_bench_multiturn(path: Path, run: int | None) -> LogRead:
+def refuse_bench_multiturn(path: Path, opts: ReadOptions) -> LogRead:
     raise WorkloadError(
         str(path),
         None,
@@ -355,7 +435,7 @@ def refuse_bench_multiturn(path: Path, run: int | None) -> LogRead:
     )
 
 
-READERS: dict[str, Callable[[Path, int | None], LogRead]] = {
+READERS: dict[str, Callable[[Path, ReadOptions], LogRead]] = {
     "openai": read_openai,
     "sglang": read_sglang,
     "bench-serving": read_bench_serving,
@@ -374,11 +454,12 @@ def detect_format(path: Path) -> str:
     if path.is_dir() or _is_pickle(path):
         return "sglang-dump"
     first = _first_object(path)
-    if first is None:
+    if not isinstance(first, dict):
+        why = f" (line {first.line}: {first.reason})" if first is not None else ""
         raise WorkloadError(
-            str(path), None, "no JSON object in the file: expected a request log, one JSON object per line"
+            str(path), None, f"no JSON object in the file{why}: expected a request log, one JSON object per line"
         )
-    if first.get("event") in ("request.received", "request.finished"):
+    if _is_sglang_event(first):
         return "sglang"
     if "input_lens" in first or ("completed" in first and "backend" in first):
         return "bench-serving"
@@ -387,11 +468,12 @@ def detect_format(path: Path) -> str:
     return "openai"
 
 
-def read_log(path: str | Path, fmt: str = "auto", run: int | None = None) -> LogRead:
+def read_log(path: str | Path, fmt: str = "auto", opts: ReadOptions | None = None) -> LogRead:
     """Read the request log at ``path`` in format ``fmt`` (``auto``: detected)."""
     p = Path(path)
+    opts = opts or ReadOptions()
     if p.is_dir() and fmt in ("auto", "sglang-dump") and dump_files(p):
-        return read_sglang_dump(p, run)
+        return read_sglang_dump(p, opts)
     if not p.is_file():
         why = (
             "is a folder with no *.pkl request dump, not a log file (SGLang writes one file per host and "
@@ -401,4 +483,4 @@ def read_log(path: str | Path, fmt: str = "auto", run: int | None = None) -> Log
         )
         raise WorkloadError(str(path), None, why)
     name = detect_format(p) if fmt == "auto" else fmt
-    return READERS[name](p, run)
+    return READERS[name](p, opts)

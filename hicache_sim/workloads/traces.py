@@ -94,6 +94,8 @@ def _object(path: str, lineno: int, text: str) -> dict:
         obj = _loads(text)
     except json.JSONDecodeError as e:
         raise WorkloadError(path, lineno, f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise WorkloadError(path, lineno, "JSON nested deeper than Python's parser goes: not a trace line") from None
     if type(obj) is not dict:
         raise WorkloadError(path, lineno, "expected a JSON object per line")
     return obj
