@@ -306,6 +306,14 @@ TRACE_CASES = [
     ),
     pytest.param(b"", ["trace.jsonl", "no requests"], id="empty-trace"),
     pytest.param(b"{not json\n", ["trace.jsonl:1", "not valid JSON"], id="bad-json"),
+    pytest.param(
+        b'{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}\n",
+        ["trace.jsonl:1", "nested deeper than"],
+        id="deeply-nested-json",
+    ),
 ]
 
 
@@ -858,6 +866,17 @@ CONVERT_CASES = [
         ["log.jsonl:1", "--output-details"],
         id="bench-serving-without-details",
     ),
+    pytest.param(
+        lambda t: [_log(t, "[" * 100_000 + "]" * 100_000 + "\n")],
+        ["log.jsonl", "line 1", "nested deeper than"],
+        id="deeply-nested-json",
+    ),
+    pytest.param(
+        lambda t: [_log(t, '{"timestamp": 3e16, "prompt": "hi", "usage": {"completion_tokens": 1}}\n')],
+        ["log.jsonl", "line 1", "3e+16", "no clock"],
+        id="timestamp-no-clock-gives",
+    ),
+    pytest.param(lambda t: [_log(t), "--time-unit", "h"], ["--time-unit 'h'", "auto, s, ms"], id="bad-time-unit"),
 ]
 
 
@@ -893,6 +912,9 @@ STATS_CASES = [
     ),
     pytest.param(lambda t: [_log(t), "--format", "azure"], ["--format 'azure'", "mooncake, bailian"], id="bad-format"),
     pytest.param(lambda t: [_log(t, "\n")], ["log.jsonl", "no requests"], id="empty-trace"),
+    pytest.param(
+        lambda t: [_log(t, "[" * 100_000 + "]" * 100_000 + "\n")], ["log.jsonl:1", "nested deeper than"], id="deep-json"
+    ),
 ]
 
 
