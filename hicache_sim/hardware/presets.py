@@ -206,6 +206,7 @@ for _g in (
     GPUPreset("h20", 148.0, 296.0, 4000.0, 97871, "nvidia-smi, NVIDIA H20 (96 GB)", "gen5", 480.0),
     GPUPreset("h20-141g", 148.0, 296.0, 4800.0, 143771, "nvidia-smi, NVIDIA H20-3e (141 GB)", "gen5", 480.0),
     GPUPreset("a100", 312.0, None, 2039.0, 81920, "nvidia-smi, A100 80GB", "gen4", 231.6),
+    GPUPreset("a100-40g", 312.0, None, 1555.0, 40960, "nvidia-smi, A100-SXM4-40GB", "gen4", 231.6),
     GPUPreset("a10", 125.0, None, 600.0, 23028, "nvidia-smi, NVIDIA A10 (24 GB, ECC on)", "gen4", 20.6, "pcie"),
     GPUPreset("l20", 119.5, 239.0, 864.0, 46068, "nvidia-smi, NVIDIA L20 (48 GB, ECC on)", "gen4", 20.6, "pcie"),
     GPUPreset("l40s", 362.0, 733.0, 864.0, 46068, "nvidia-smi, L40S (48 GB, ECC on)", "gen4", 20.6, "pcie"),
