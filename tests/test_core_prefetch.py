@@ -166,6 +166,13 @@ def test_prefetched_pages_already_in_the_tree_are_freed_as_duplicates():
     assert c.check_prefetch_progress("r", 0.0)
     assert c.counters.prefetch_duplicate_pages == 8 and c.counters.prefetch_inserted_pages == 12
     settle(c)
+    # The request reads all 20 pages from host, but only the 12 the prefetch added came from storage:
+    # the other 8 were host copies already (SGLang counts a prefetch's inserted pages as L3 hits).
+    c.evict(100)
+    st = c.begin_request("r", KEYS, 40)
+    assert (st.device_hit, st.host_hit, st.storage_hit) == (0, 8, 12)
+    c.abort_request(st)
+    check(c)
 
 
 def test_end_to_end_storage_round_trip():
