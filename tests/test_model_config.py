@@ -292,3 +292,15 @@ def test_no_pool_names_weights_and_only_remedies_that_help(model, hardware, name
     for flag, n in _remedies(message):  # every proposed split does leave a pool
         r = resolve(scenario(model, **{**hardware, flag: int(n)}).model_copy(update={"cache": Scenario().cache}))
         assert r.device_tokens > 0
+
+
+def test_result_identity_follows_the_config_files_content(tmp_path):
+    """A sweep resumes a point only when its inputs are unchanged: the config.json's bytes are one."""
+    from hicache_sim.output.identity import input_files
+    from hicache_sim.scenario import scenario_dump
+
+    path = _write(tmp_path, LLAMA_LIKE)
+    dump = scenario_dump(scenario({"config": str(path)}))
+    before = input_files(dump, None)["model.config"]
+    _write(tmp_path, {**LLAMA_LIKE, "num_hidden_layers": 16})
+    assert input_files(dump, None)["model.config"] != before

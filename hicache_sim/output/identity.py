@@ -18,7 +18,7 @@ from .. import __version__
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 # Scenario keys that name an input file, wherever they sit in the scenario.
-FILE_KEYS = ("path", "lengths_from", "calibration", "config")
+FILE_KEYS = ("path", "lengths_from", "calibration")
 # Scenario keys that change nothing computed (text for people, and the grid itself).
 NOT_COMPUTED = ("description", "sweep")
 
@@ -67,12 +67,12 @@ def input_files(dump: dict, base_dir: str | Path | None) -> dict[str, str]:
         if isinstance(node, dict):
             for k, v in node.items():
                 key = f"{prefix}{k}"
-                if k in FILE_KEYS and isinstance(v, str):
-                    if k == "config":  # model.config: a checkpoint's config.json
-                        p = Path(config_path(v))
-                        p = p / "config.json" if p.is_dir() else p
-                    else:
-                        p = resolve_builtin(v, "calibration") if k == "calibration" else trace_path(v, base_dir)
+                if key == "model.config" and isinstance(v, str):  # a checkpoint's config.json
+                    p = Path(config_path(v))
+                    p = p / "config.json" if p.is_dir() else p
+                    found[key] = file_digest(p) if p.is_file() else "missing"
+                elif k in FILE_KEYS and isinstance(v, str):
+                    p = resolve_builtin(v, "calibration") if k == "calibration" else trace_path(v, base_dir)
                     found[key] = file_digest(p) if p.is_file() else "missing"
                 else:
                     walk(v, f"{key}.")
