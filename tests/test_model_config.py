@@ -17,7 +17,7 @@ from hicache_sim.core import ConfigError
 from hicache_sim.hardware.hfconfig import MODELS_DIR, model_from_config
 from hicache_sim.hardware.memory import GIB
 from hicache_sim.hardware.presets import MODELS, WEIGHT_BYTES
-from hicache_sim.scenario import Scenario, load_scenario, resolve
+from hicache_sim.scenario import Scenario, load_scenario, load_scenario_data, resolve
 
 VENDORED = sorted(p.parent.name for p in MODELS_DIR.glob("*/config.json"))
 #: Presets without a vendored config.json, and why (their figures cite docs/reference/hardware-and-models.md).
@@ -209,6 +209,10 @@ def test_relative_config_is_found_beside_the_scenario_file(tmp_path, monkeypatch
     assert resolve(sc).model.name == "tiny"
     result = invoke("validate", sc_file)
     assert result.exit_code == 0, result.output
+    # a sweep over configs is read the same way
+    data = {**TINY_SCENARIO, "model": {"config": "../models/tiny"}, "sweep": {"model.config": ["../models/tiny"]}}
+    sc_file.write_text(yaml.safe_dump(data))
+    assert load_scenario_data(sc_file)["sweep"]["model.config"] == [str((tmp_path / "models" / "tiny").resolve())]
 
 
 def test_from_sglang_reads_a_local_model_folder(tmp_path):

@@ -107,13 +107,23 @@ def load_scenario_data(path: str | Path) -> dict:
     return data
 
 
+def _beside(value: Any, folder: Path) -> Any:
+    """``value`` made absolute against ``folder`` when it is a relative path (not ``builtin:``)."""
+    if isinstance(value, str) and value and not value.startswith("builtin:") and not Path(value).is_absolute():
+        return str((folder / value).resolve())
+    return value
+
+
 def _model_config_beside(data: dict, folder: Path) -> None:
-    """A relative ``model.config`` names a file beside the scenario: made absolute here, so every later
-    reader (sweep workers, the written scenario, result identities) finds the same file (mutates)."""
+    """A relative ``model.config`` (or a sweep value of it) names a file beside the scenario: made
+    absolute here, so every later reader (sweep workers, the written scenario, result identities) finds
+    the same file (mutates)."""
     model = data.get("model")
-    config = model.get("config") if isinstance(model, dict) else None
-    if isinstance(config, str) and config and not config.startswith("builtin:") and not Path(config).is_absolute():
-        model["config"] = str((folder / config).resolve())
+    if isinstance(model, dict) and "config" in model:
+        model["config"] = _beside(model["config"], folder)
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict) and isinstance(sweep.get("model.config"), list):
+        sweep["model.config"] = [_beside(v, folder) for v in sweep["model.config"]]
 
 
 def build_scenario(data: dict, source: str, overrides: list[str] = ()) -> Scenario:
