@@ -22,8 +22,10 @@ from hicache_sim.scenario import Scenario, load_scenario, load_scenario_data, re
 VENDORED = sorted(p.parent.name for p in MODELS_DIR.glob("*/config.json"))
 #: Presets without a vendored config.json, and why (their figures cite docs/reference/hardware-and-models.md).
 NOT_VENDORED = {
-    "qwen2.5-7b": "no copy of the published config.json at hand",
-    "qwen2.5-72b": "no copy of the published config.json at hand",
+    # The copies at hand are the base checkpoints' (max_position_embeddings 131072; 7.6155 / 72.705 B
+    # parameters and the KV shape as the presets); the presets follow the Instruct checkpoints' 32768.
+    "qwen2.5-7b": "no copy of Qwen/Qwen2.5-7B-Instruct's config.json at hand",
+    "qwen2.5-72b": "no copy of Qwen/Qwen2.5-72B-Instruct's config.json at hand",
     "qwen3-14b": "no copy of the published config.json at hand",
     "glm-4.5": "no copy of the published config.json at hand",
 }
