@@ -445,3 +445,35 @@ def test_page_granularity_host_eviction_frees_exactly():
     m = c.match_prefix([1, 2, 3, 4, 5])
     assert m.host_hit_pages == 3
     check(c)
+
+
+@pytest.mark.parametrize("semantics", ["2025", "2026"])
+def test_boundary_demotion_pins_the_parents_host_copy_while_it_makes_room(semantics):
+    """Demoting [3, 4] under the boundary rule needs its parent's host copy under it: room for the
+    demotion must not come from that copy (the only host candidate, a duplicate). Pinned, it stays; the
+    demotion finds no room and the victim is dropped. Unpinned, the parent's copy would be reclaimed and
+    [3, 4] left H-only under a parent without host copy (invariant 15a)."""
+    c = new_cache(
+        page_size=1,
+        device_pages=16,
+        host_pages=3,
+        write_policy="write_back",
+        host_eviction="boundary",
+        load_back_threshold_tokens=0,
+        semantics=semantics,
+    )
+    put(c, [1, 2])
+    c.evict(100)
+    settle(c)
+    parent = node_at(c, [1, 2])
+    assert c.load_back(parent) is parent
+    settle(c)
+    put(c, [1, 2, 3, 4])
+    settle(c)
+    assert (parent.state(), node_at(c, [1, 2, 3, 4]).state(), c.host.available()) == ("D+H", "D", 1)
+    failures, dropped = c.counters.backup_failures, c.counters.device_dropped_subtree_pages
+    assert c.evict(2) == 2
+    settle(c)
+    assert parent.state() == "D+H" and parent.children == {}
+    assert c.counters.backup_failures == failures + 1
+    assert c.counters.device_dropped_subtree_pages == dropped + 2
