@@ -262,6 +262,42 @@ SCENARIO_CASES = [
         ["hardware.storage.high_watermark", "1"],
         id="store-watermark-above-one",
     ),
+    # the offload disk behind a store (hardware.storage.offload, tests/test_storage_offload.py)
+    pytest.param(
+        {**with_("cache", storage_backend="file"), "hardware": {"storage": {"offload": {}}}},
+        ["hardware.storage.offload", "the file backend does not offload", "mooncake"],
+        id="offload-backend-that-does-not",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"storage": {"offload": {"device": "local_nvme"}}}},
+        ["hardware.storage.offload", "no storage tier", "cache.storage_backend is none"],
+        id="offload-without-store",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="mooncake"), "hardware": {"storage": {"offload": {"device": "hf3fs"}}}},
+        ["hardware.storage.offload.device", "'hf3fs' is not a local disk", "local_nvme"],
+        id="offload-device-not-a-disk",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="mooncake"), "hardware": {"storage": {"offload": {"device": "ssd"}}}},
+        ["hardware.storage.offload.device", "unknown storage backend 'ssd'", "local_nvme"],
+        id="offload-device-unknown",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="mooncake"), "hardware": {"storage": {"offload": {"read_gbps": 0}}}},
+        ["hardware.storage.offload.read_gbps", "greater than 0"],
+        id="offload-read-rate-zero",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="mooncake"), "hardware": {"storage": {"offload": {"capacity_gb": -1}}}},
+        ["hardware.storage.offload.capacity_gb", "greater than or equal to 0"],
+        id="offload-negative-space",
+    ),
+    pytest.param(
+        {**with_("cache", storage_backend="mooncake"), "hardware": {"storage": {"offload": {"latency": 5}}}},
+        ["hardware.storage.offload", "latency"],
+        id="offload-unknown-key",
+    ),
 ]
 
 

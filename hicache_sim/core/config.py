@@ -56,6 +56,9 @@ class CacheConfig:
     storage_eviction_params: dict[str, Any] = field(default_factory=dict)
     storage_objects_per_page: int = 1
     storage_batch_pages: int = 128
+    # An offload disk behind the store (stores.OffloadedStore): on, and its capacity (None: unbounded).
+    storage_offload: bool = False
+    storage_offload_capacity_pages: int | None = None
     prefetch_policy: str = "timeout"
     prefetch_threshold_tokens: int = 256
     prefetch_timeout_base_s: float | None = None
@@ -107,6 +110,12 @@ class CacheConfig:
         if self.storage_capacity_pages is not None and self.storage_capacity_pages < 0:
             raise ConfigError("cache.storage_capacity_pages", f"must be >= 0, got {self.storage_capacity_pages}")
         STORE_MODELS.get(self.storage_eviction).check_params(self.storage_eviction_params)
+        if self.storage_offload_capacity_pages is not None and self.storage_offload_capacity_pages < 0:
+            raise ConfigError(
+                "cache.storage_offload_capacity_pages", f"must be >= 0, got {self.storage_offload_capacity_pages}"
+            )
+        if self.storage_offload and not self.storage:
+            raise ConfigError("cache.storage_offload", "an offload disk needs a storage tier (storage is off)")
         if self.host_memory_mode == "buffer_only":
             if not self.storage:
                 raise ConfigError(

@@ -175,6 +175,7 @@ class PrefetchMixin(CacheState):
                 page_hashes=op.hashes[i:j],
                 request_id=rid,
             )
+            t.offload_objects = self.storage.offload_objects(t.page_hashes)
             op.transfer_ids.append(t.id)
         return hit
 

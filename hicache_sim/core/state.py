@@ -17,7 +17,7 @@ from .counters import Counters
 from .errors import CacheStateError
 from .policies import EVICTION_STRATEGIES, HOST_EVICTION_RULES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
 from .pools import PagePool
-from .stores import STORE_MODELS
+from .stores import build_store
 from .transfers import Transfer, TransferKind
 from .tree import ROOT_PRIORITY, Node, chain_hashes
 
@@ -32,12 +32,15 @@ class CacheState:
         self.device = PagePool("device", config.device_pages, strict=config.strict)
         self.host = PagePool("host", config.host_pages, strict=config.strict)
         self.storage = (
-            STORE_MODELS.get(config.storage_eviction)(
+            build_store(
+                config.storage_eviction,
                 config.storage_capacity_pages,
                 config.storage_eviction_params,
                 clock=lambda: self.now,  # leases and cleaner periods run on the simulated clock
                 batch_pages=config.storage_batch_pages,
                 objects_per_page=config.storage_objects_per_page,
+                offload=config.storage_offload,
+                offload_capacity_pages=config.storage_offload_capacity_pages,
             )
             if config.storage
             else None

@@ -19,6 +19,9 @@ the source of each rule):
   still running; a write to a full pool fails.
 - ``mooncake_sharded``: the same up to Mooncake v0.3.11, whose batch took about the oldest object of
   each of its 1024 metadata shards: K and V objects evicted apart, holes spread over every chain.
+- any of them with an offload device behind it (``OffloadedStore``, ``hardware.storage.offload``:
+  Mooncake's ``enable_offload``): every accepted page is also on the device, so a page the pool evicts
+  stays a hit, read at the device's rate.
 - ``nixl``: SGLang's NIXL file cleaner: every ``interval_s`` it checks the disk, and from
   ``high_watermark`` deletes the oldest-written pages in groups of 50 until below ``low_watermark``;
   between checks a write to a full disk fails.
@@ -144,6 +147,15 @@ class StoreModel:
     def put(self, hashes: Iterable[int]) -> int:  # pragma: no cover
         """Store pages (mutates), evicting as the rule says. Returns pages added."""
         raise NotImplementedError
+
+    def resident_objects(self, page_hash: int) -> int:
+        """Objects of the page this store holds (all or none, except where objects are evicted apart):
+        what an offload tier behind it need not read from its device."""
+        return self.objects_per_page if page_hash in self else 0
+
+    def offload_objects(self, hashes: Iterable[int]) -> int:
+        """Objects of these held pages a read takes from an offload device: none without one."""
+        return 0
 
 
 STORE_MODELS: Registry[type[StoreModel]] = Registry("storage eviction model", f"{KNOB_FIELD}.eviction")
@@ -537,6 +549,10 @@ class MooncakeShardedStore(_MooncakeMaster):
     def _objects(self, h: int) -> list[tuple[int, int]]:
         return [(h, j) for j in range(self.objects_per_page)]
 
+    def resident_objects(self, page_hash: int) -> int:
+        """Objects of the page still in the pool (K and V are evicted apart)."""
+        return self._present.get(page_hash, 0)
+
     def prefix_hits(self, hashes: list[int], *, touch: bool = True) -> int:
         """Leading pages with every object present. With ``touch`` every present object of the batches
         SGLang queried gets a lease of ``lease_s``."""
@@ -654,3 +670,116 @@ class NixlStore(StoreModel):
             pages[h] = None
             added += 1
         return added
+
+
+class OffloadedStore:
+    """A store with an offload device behind it (Mooncake's ``enable_offload``): every page the store
+    accepts is also written to the device, and a page the store later evicts stays readable there.
+
+    Mooncake v0.3.10 (docs/reference/sglang-hicache-semantics.md, section 3.7): the master queues every
+    object at ``PutEnd`` for offload and holds its memory replica (refcount) until the real client's
+    heartbeat has written it to SSD, so no accepted object leaves memory before it is on disk; an
+    eviction drops only the memory replica, the object's disk replica keeps it present
+    (``ExistKey`` counts any complete replica); a read of a disk-only object is served from the disk and
+    does not bring it back into memory. The device's own capacity (``capacity_pages``, None: unbounded)
+    evicts nothing: the bucket backend's default policy is ``none``, so a full disk refuses the offload
+    and the page then lives in the pool alone.
+
+    Reads: ``prefix_hits`` is the leading run of pages held in the pool or on the device; the pool's
+    own rule sees a read of the pool pages of the batches SGLang queried (their leases).
+    ``offload_objects(hashes)`` counts the objects such a read must take from the device (what the
+    pool no longer holds): the timed world charges them at the device's rate."""
+
+    def __init__(self, pool: StoreModel, capacity_pages: int | None) -> None:
+        if capacity_pages is not None and capacity_pages < 0:
+            raise ValueError(f"offload capacity_pages must be >= 0 or None, got {capacity_pages}")
+        self.pool = pool
+        self.capacity = capacity_pages
+        self._disk: set[int] = set()
+        self._pool_only: set[int] = set()  # pages the device refused (full): in the pool alone, while it keeps them
+        #: Pages the device could not take (full).
+        self.refused_pages = 0
+        #: Objects reads took from the device (a prefetch's batches, counted at its hit query).
+        self.read_objects = 0
+
+    @property
+    def objects_per_page(self) -> int:
+        return self.pool.objects_per_page
+
+    @property
+    def batch_pages(self) -> int:
+        return self.pool.batch_pages
+
+    def __len__(self) -> int:
+        return len(self._disk) + sum(1 for h in self._pool_only if h in self.pool)
+
+    def __contains__(self, page_hash: int) -> bool:
+        return page_hash in self._disk or page_hash in self.pool
+
+    def prefix_hits(self, hashes: list[int], *, touch: bool = True) -> int:
+        """Leading pages held in the pool or on the device. With ``touch`` the pool's rule sees a read
+        of its own pages among the batches SGLang queried (``batch_pages`` at a time, up to the batch
+        holding the first miss)."""
+        n = _leading(hashes, self)
+        if touch:
+            end = len(hashes) if n == len(hashes) else min(len(hashes), (n // self.batch_pages + 1) * self.batch_pages)
+            self.pool.prefix_hits([h for h in hashes[:end] if h in self.pool], touch=True)
+        return n
+
+    def offload_objects(self, hashes: Iterable[int]) -> int:
+        """Objects of these (held) pages a read takes from the device: those the pool no longer has."""
+        per = self.objects_per_page
+        n = sum(per - self.pool.resident_objects(h) for h in hashes)
+        self.read_objects += n
+        return n
+
+    def put(self, hashes: Iterable[int]) -> int:
+        """Store pages in the pool; every page it accepted goes to the device too (while it has room),
+        also one the pool evicted again within this write (Mooncake holds an object in memory until it
+        is offloaded). Refused pages (a full pool: the suffix the pool counts as refused) go nowhere.
+        Returns pages new to the store (pool or device)."""
+        hashes = list(hashes)
+        before = sum(1 for h in hashes if h in self)
+        refused_before = self.pool.refused_pages
+        self.pool.put(hashes)
+        refused_n = self.pool.refused_pages - refused_before
+        absent = [h for h in hashes if h not in self.pool]
+        refused = set(absent[len(absent) - min(refused_n, len(absent)) :]) if refused_n else set()
+        disk, cap = self._disk, self.capacity
+        for h in hashes:
+            if h in disk or h in self._pool_only or h in refused:
+                continue
+            if cap is not None and len(disk) >= cap:
+                self.refused_pages += 1
+                self._pool_only.add(h)
+                continue
+            disk.add(h)
+        return sum(1 for h in hashes if h in self) - before
+
+    def report(self) -> dict[str, int]:
+        """The pool's counters, and the device's: pages on it, pages it refused, objects read from it."""
+        return {
+            **self.pool.report(),
+            "storage_offload_pages_held": len(self._disk),
+            "storage_offload_refused_pages": self.refused_pages,
+            "storage_offload_read_objects": self.read_objects,
+        }
+
+
+def build_store(
+    eviction: str,
+    capacity_pages: int | None,
+    params: Mapping[str, Any] | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+    batch_pages: int = 128,
+    objects_per_page: int = 1,
+    offload: bool = False,
+    offload_capacity_pages: int | None = None,
+) -> StoreModel | OffloadedStore:
+    """The L3 store a configuration names: its ``STORE_MODELS`` model, behind an offload device when
+    ``offload`` is set."""
+    pool = STORE_MODELS.get(eviction)(
+        capacity_pages, params, clock=clock, batch_pages=batch_pages, objects_per_page=objects_per_page
+    )
+    return OffloadedStore(pool, offload_capacity_pages) if offload else pool

@@ -43,6 +43,9 @@ class Transfer:
     request_id: str | None = None
     blocking: bool = False
     issued_at: float = 0.0
+    #: S2H: objects of the batch the store reads from its offload disk (the pages it evicted), over
+    #: every writing rank; 0 without an offload disk.
+    offload_objects: int = 0
 
     def record(self) -> dict:
         """Row of the transfer log (JSON-serialisable; page lists kept for the replay harness)."""

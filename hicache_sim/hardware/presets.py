@@ -352,7 +352,9 @@ class StoragePreset:
     """A storage (L3) backend: read/write GB/s, per-batch latency (us), default capacity (GB), the
     ``--hicache-storage-backend`` value that runs it in SGLang (``sglang-args`` prints it), and what
     the backend does when full (``eviction``: a ``STORE_MODELS`` name, its source in
-    docs/reference/sglang-hicache-semantics.md section 3.7)."""
+    docs/reference/sglang-hicache-semantics.md section 3.7). ``disk``: a local disk, which a store
+    that offloads (``offloads``: Mooncake's ``enable_offload``) can name as its offload device
+    (``hardware.storage.offload.device``; ``latency_us`` is then one object read's)."""
 
     name: str
     read_gbps: float
@@ -361,6 +363,8 @@ class StoragePreset:
     capacity_gb: float
     sglang_backend: str = ""
     eviction: str = "lru"
+    disk: bool = False
+    offloads: bool = False
 
     def __post_init__(self) -> None:
         if not self.sglang_backend:
@@ -379,15 +383,16 @@ for _s in (
     # page LRU per rank) and Mooncake-store-like (capacity: the pool all ranks share; batch eviction
     # over the high watermark, leases).
     StoragePreset("hf3fs", 20.0, 10.0, 200.0, 20000.0, eviction="lru"),
-    StoragePreset("mooncake", 25.0, 12.0, 150.0, 20000.0, eviction="mooncake"),
+    # Mooncake offloads to a local disk with enable_offload (master and real client; v0.3.10 on).
+    StoragePreset("mooncake", 25.0, 12.0, 150.0, 20000.0, eviction="mooncake", offloads=True),
     # nixl: NIXL's storage plugins write local files (POSIX, GDS); taken as the file backend's local
     # Gen4 NVMe (estimate: no published HiCache-over-NIXL figure). Its cleaner deletes the oldest
     # writes from 80 % of the disk down to 70 %, every 30 s.
     StoragePreset("nixl", 7.0, 5.0, 80.0, 2000.0, eviction="nixl"),
     # Disks for the file backend: the Gen4 NVMe above, and a Gen5 x4 enterprise NVMe (PM1743): 13 GB/s
     # read, 6.6 GB/s write.
-    StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0, sglang_backend="file", eviction="file"),
-    StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0, sglang_backend="file", eviction="file"),
+    StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0, sglang_backend="file", eviction="file", disk=True),
+    StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0, sglang_backend="file", eviction="file", disk=True),
 ):
     STORAGE.add(_s.name, _s)
 # The name earlier scenarios used for hf3fs.

@@ -55,6 +55,9 @@ class Resolved:
     storage_write_Bps: float
     storage_latency_s: float
     memory: MemoryPlan | None = None
+    # The store's offload disk, when it has one: read rate and one object read's latency.
+    storage_offload_read_Bps: float = 0.0
+    storage_offload_latency_s: float = 0.0
     # The scheduler limits SGLang runs with (``auto`` resolved as sglang 0.5.23 resolves an unset flag).
     chunked_prefill_size: int | None = None
     max_running_requests: int = 0
@@ -288,6 +291,12 @@ class StorageParams:
     eviction: str = "lru"
     eviction_params: dict[str, float] = dataclasses.field(default_factory=dict)
     objects_per_page: int = 1
+    # The disk the store offloads to (hardware.storage.offload): off, or its capacity (None: unbounded),
+    # read rate and one object read's latency.
+    offload: bool = False
+    offload_capacity_pages: int | None = None
+    offload_read_Bps: float = 0.0
+    offload_latency_s: float = 0.0
 
 
 def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
@@ -329,6 +338,8 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         storage_read_Bps=storage.read_Bps,
         storage_write_Bps=storage.write_Bps,
         storage_latency_s=storage.latency_s,
+        storage_offload_read_Bps=storage.offload_read_Bps,
+        storage_offload_latency_s=storage.offload_latency_s,
         memory=memory,
         chunked_prefill_size=chunk,
         max_running_requests=running,
@@ -532,6 +543,9 @@ def _storage(sc: Scenario, bpt: int, model: ModelPreset) -> StorageParams:
     writers = storage_writers(sc, model)
     share = writers if STORE_MODELS.get(eviction).capacity_scope == "shared" else 1
     page_bytes = bpt * sc.cache.page_size * share
+    off = hs.offload if st is not None else None
+    disk = STORAGE.get(off.device) if off is not None else None
+    off_gb = off.capacity_gb if off is not None and off.capacity_gb is not None else (disk.capacity_gb if disk else 0)
     return StorageParams(
         on=st is not None,
         capacity_pages=int(cap_gb * 1e9 // page_bytes) if st is not None and cap_gb > 0 else None,
@@ -541,6 +555,13 @@ def _storage(sc: Scenario, bpt: int, model: ModelPreset) -> StorageParams:
         eviction=eviction,
         eviction_params=hs.eviction_params(),
         objects_per_page=writers * kv_tensors(model),
+        # The disk is one for every rank writing to it (one real client's), like a shared pool.
+        offload=off is not None,
+        offload_capacity_pages=int(off_gb * 1e9 // (bpt * sc.cache.page_size * writers)) if off_gb > 0 else None,
+        offload_read_Bps=(off.read_gbps or disk.read_gbps) * 1e9 if off is not None and disk else 0.0,
+        offload_latency_s=(off.latency_us if off.latency_us is not None else disk.latency_us) * 1e-6
+        if off is not None and disk
+        else 0.0,
     )
 
 
@@ -584,6 +605,8 @@ def _cache_config(
         storage_eviction=storage.eviction,
         storage_eviction_params=dict(storage.eviction_params),
         storage_objects_per_page=storage.objects_per_page,
+        storage_offload=storage.offload,
+        storage_offload_capacity_pages=storage.offload_capacity_pages,
         prefetch_policy=c.prefetch_policy,
         prefetch_threshold_tokens=c.prefetch_threshold,
         prefetch_timeout_base_s=c.prefetch_timeout_base_s,

@@ -10,7 +10,7 @@ import numbers
 import os
 from typing import Any, Literal
 
-from pydantic import Field, create_model, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_serializer, model_validator
 
 from ..core import (
     EVICTION_STRATEGIES,
@@ -152,6 +152,34 @@ class PCIeSpec(_Strict):
         return None if v is None else _in_registry(LINKS, v)
 
 
+class OffloadSpec(_Strict):
+    """The disk a store offloads to (Mooncake ``enable_offload``): every page the store accepts is also
+    written there, and a page the store evicts stays readable from it at the disk's rate. Unset fields
+    come from the device's preset."""
+
+    device: str = Field(
+        "local_nvme",
+        description="the disk class: a storage preset that is a local disk "
+        f"({' | '.join(n for n in STORAGE.names() if STORAGE.get(n).disk)})",
+    )
+    read_gbps: float | None = Field(None, gt=0, description="disk -> store GB/s (default: the device's)")
+    latency_us: float | None = Field(
+        None, ge=0, le=MAX_COST_US, description="one object read's latency, us (default: the device's)"
+    )
+    capacity_gb: float | None = Field(
+        None, ge=0, description="disk space the store may use, GB, all writing ranks together (0: unbounded)"
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _device_is_a_disk(cls, v: str) -> str:
+        _in_registry(STORAGE, v)
+        if not STORAGE.get(v).disk:
+            disks = ", ".join(n for n in STORAGE.names() if STORAGE.get(n).disk)
+            raise ValueError(f"{v!r} is not a local disk; disks: {disks}")
+        return v
+
+
 class StorageSpec(_Strict):
     """Storage (L3) link and store; unset fields come from the backend preset (cache.storage_backend).
     The eviction knobs apply to the models that read them (docs/reference/sglang-hicache-semantics.md,
@@ -197,6 +225,19 @@ class StorageSpec(_Strict):
     interval_s: float | None = Field(
         None, gt=0, le=1e9, description="seconds between two looks at the disk: nixl's cleaner (30 s)"
     )
+    offload: OffloadSpec | None = Field(
+        None,
+        description="a disk the store offloads every page to (Mooncake enable_offload; the backends that "
+        f"do: {', '.join(n for n in STORAGE.names() if STORAGE.get(n).offloads)}); absent: none",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        """Written beside results without ``offload`` when there is none (those files stay as they were)."""
+        out = handler(self)
+        if self.offload is None:
+            out.pop("offload", None)
+        return out
 
     @field_validator("eviction")
     @classmethod
@@ -625,6 +666,15 @@ class Scenario(_Strict):
                 STORE_MODELS.get(name).check_params(hs.eviction_params())
             except ValueError as e:
                 raise ValueError(str(e)) from None
+        if hs.offload is not None:
+            if backend == "none":
+                raise ValueError("hardware.storage.offload: no storage tier (cache.storage_backend is none)")
+            if not STORAGE.get(backend).offloads:
+                does = ", ".join(n for n in STORAGE.names() if STORAGE.get(n).offloads)
+                raise ValueError(
+                    f"hardware.storage.offload: the {backend} backend does not offload to a disk (backends that do: "
+                    f"{does})"
+                )
         return self
 
     @field_validator("model", mode="before")

@@ -195,3 +195,11 @@ def storage_params(bandwidth_Bps: float, latency_s: float) -> LinkParams:
     return LinkParams(
         bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, half_efficiency_bytes=0.0, segment_overhead_s=0.0
     )
+
+
+def offload_params(bandwidth_Bps: float, latency_s: float) -> LinkParams:
+    """An offload disk read one object at a time: each object's latency is link time (a segment's
+    overhead, one segment an object), then its bytes at the disk's rate."""
+    return LinkParams(
+        bandwidth_Bps=bandwidth_Bps, latency_s=0.0, half_efficiency_bytes=0.0, segment_overhead_s=latency_s
+    )

@@ -1,7 +1,11 @@
 """The seam in time: put each core Transfer on its link and report its completion.
 
 Routing: H2D and D2H on the PCIe directions, S2H on the storage read link, H2S on the storage
-write link. A prefill step's load-backs are merged into one H2D flow with a milestone per layer
+write link. An S2H batch part of whose objects the store reads from its offload disk runs as Mooncake's
+real client serves one ``batch_get_into`` (real_client.cpp ``batch_get_into_internal``): the objects
+still in the pool first, then the disk's (read one after another on the offload link, every writing
+rank's objects, by the one thread that owns the disk), then those pulled from the disk's staging
+buffer over the store's read link. A prefill step's load-backs are merged into one H2D flow with a milestone per layer
 (SGLang merges a batch's load ops and copies layer by layer). A prefetch's S2H batches run one after
 another (the IO thread walks them in order and stops once the prefetch is terminated: a batch
 revoked before it starts is completed at once without using the link). Completions of S2H and of
@@ -22,6 +26,9 @@ from ..core import HiCache, Transfer, TransferKind
 from ..hardware.linkmodel import segments_for
 from .links import Flow, Link
 from .metrics import TransferLog
+
+#: The offload disk's link (present when the store has one).
+OFFLOAD_LINK = "storage_offload"
 
 LINK_OF_KIND = {
     TransferKind.H2D: "h2d",
@@ -84,6 +91,8 @@ class Transport:
         for t in transfers:
             self.issued_bytes[LINK_OF_KIND[t.kind]] += t.bytes
             if t.kind is TransferKind.S2H:
+                if t.offload_objects:
+                    self.issued_bytes[OFFLOAD_LINK] += self._offload_split(t)[2]
                 chains.setdefault(t.request_id or "", []).append(t)
             elif t.blocking:
                 self._start(t, self._complete_now)
@@ -158,6 +167,8 @@ class Transport:
             t = chain.popleft()
             if t.id in cache.revoked_transfers:
                 self.skipped_bytes["storage_read"] += t.bytes
+                if t.offload_objects:
+                    self.skipped_bytes[OFFLOAD_LINK] += self._offload_split(t)[2]
                 self.skipped += 1
                 self.log.add(t, None, None)
                 cache.complete(t, self.env.now)
@@ -168,5 +179,42 @@ class Transport:
                 self.on_progress()
                 self._next_batch(rest)
 
-            self._start(t, done)
+            if t.offload_objects:
+                self._start_offloaded(t, done)
+            else:
+                self._start(t, done)
             return
+
+    def _offload_split(self, t: Transfer) -> tuple[int, int, int, int]:
+        """An S2H batch with objects on the offload disk: (bytes from the pool, this rank's bytes from
+        the disk, bytes the disk reads for every writing rank, objects it reads)."""
+        per_page = self.cache.config.storage_objects_per_page
+        rank_bytes = t.bytes * t.offload_objects // (t.pages * per_page)
+        writers = max(1, per_page // self.layout.kv_factor)
+        return t.bytes - rank_bytes, rank_bytes, rank_bytes * writers, t.offload_objects
+
+    def _start_offloaded(self, t: Transfer, on_done: Callable[[Flow], None]) -> None:
+        """The pool's objects on the read link, then the disk's objects read one by one on the offload
+        link, then those pulled over the read link; ``on_done`` gets the last flow, dated from the first."""
+        pool_bytes, rank_bytes, disk_bytes, objects = self._offload_split(t)
+        read, disk = self.links["storage_read"], self.links[OFFLOAD_LINK]
+        first: list[float] = []
+
+        def pulled(flow: Flow) -> None:
+            flow.submit_s = first[0]
+            flow.tag = t
+            on_done(flow)
+
+        def from_disk(flow: Flow) -> None:
+            read.submit(rank_bytes, 1, pulled, tag=t)
+
+        def from_pool(flow: Flow | None) -> None:
+            d = disk.submit(disk_bytes, objects, from_disk, tag=t)
+            if not first:
+                first.append(d.submit_s)
+
+        if pool_bytes:
+            first.append(self.env.now)
+            read.submit(pool_bytes, 1, from_pool, tag=t)
+        else:
+            from_pool(None)

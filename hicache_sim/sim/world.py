@@ -24,7 +24,7 @@ from ..workloads.synthetic import Workload
 from .arrivals import arrivals_for
 from .compute import ComputeModel, StepTimeModel
 from .engine import Scheduler, SchedulerPolicy
-from .links import Link, storage_params
+from .links import Link, offload_params, storage_params
 from .metrics import RequestRecord, TimeSeries, TransferLog
 from .requests import SimRequest
 from .transport import KVLayout, Transport
@@ -85,6 +85,15 @@ class World:
                 env, "storage_write", storage_params(resolved.storage_write_Bps, resolved.storage_latency_s)
             ),
         }
+        if resolved.cache.storage_offload:
+            # The store's offload disk: one thread of its real client reads a batch's objects one after
+            # another (Mooncake BucketStorageBackend::BatchLoad), so one object read's latency is link time.
+            self.links["storage_offload"] = Link(
+                env,
+                "storage_offload",
+                offload_params(resolved.storage_offload_read_Bps, resolved.storage_offload_latency_s),
+                "fifo",
+            )
         self.log = TransferLog(keep=keep_transfers)
         self.request_overhead_s = resolved.request_overhead_s
         # One rank's links and KV: the layers of one pipeline stage (all stages move their share at once).
