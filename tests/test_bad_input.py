@@ -1276,6 +1276,79 @@ def test_yaml_merge_keys_keep_their_meaning_and_a_written_twice_key_is_refused()
         load_yaml("cache:\n  <<: {page_size: 512}\n  host_ratio: 4\n  host_ratio: 2\n")
 
 
+# --------------------------------------------------------------------------- a timed run's clock
+
+#: Timed scenarios small enough to end in about a second; each case pushes the simulated clock far out.
+TIMED = {**TINY, "mode": "timed", "cache": {"page_size": 1, "host_ratio": 2}, "workload": {"kind": "trace"}}
+TINY_PROMPTS = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
+
+
+def _timed(t: Path, trace: str = TINY_PROMPTS, **hardware) -> Path:
+    (t / "t.jsonl").write_text(trace)
+    return write_scenario(
+        t, {**TIMED, "hardware": hardware, "workload": {"kind": "trace", "trace": {"path": "t.jsonl"}}}
+    )
+
+
+def _slow_calibration(t: Path) -> Path:
+    row = {"io_backend": "kernel", "layout": "page_first", "latency_s": 0, "half_efficiency_bytes": 0}
+    groups = [{"direction": d, **row, "bandwidth_Bps": 1e-300, "segment_overhead_s": 0} for d in ("d2h", "h2d")]
+    (t / "cal.yaml").write_text(yaml.safe_dump({"kind": "hicache-sim-calibration", "groups": groups}))
+    return _timed(t, calibration=str(t / "cal.yaml"))
+
+
+CLOCK_CASES = [
+    pytest.param(
+        lambda t: _timed(t, TINY_PROMPTS + TINY_PROMPTS.replace(": 0,", ": 30000000000000000,").replace("[1]", "[2]")),
+        ["t.jsonl", "request r2 arrives at 3e+13 s", "before 8388608 s", "mooncake: ms"],
+        id="trace-arrival-3e16-ms",
+    ),
+    pytest.param(
+        _slow_calibration,
+        ["cal.yaml", "groups[0].bandwidth_Bps", "in [1e+06, 1e+15]", "no PCIe link"],
+        id="calibration-bandwidth-1e-300",
+    ),
+    pytest.param(
+        lambda t: _timed(t, pcie={"h2d_gbps": 1e-290, "d2h_gbps": 1e-290}),
+        ["bad.yaml", "simulated time", "before 8388608 s", "hardware.pcie"],
+        id="pcie-that-the-schema-accepts-but-no-clock-reaches",
+    ),
+    pytest.param(
+        lambda t: write_scenario(
+            t,
+            {
+                **TIMED,
+                "workload": {
+                    "kind": "poisson_synthetic",
+                    "poisson_synthetic": {"num_requests": 4, "request_rate": 1e-9, "input_length": 16},
+                },
+            },
+        ),
+        ["workload.poisson_synthetic", "arrives at", "before 8388608 s", "raise request_rate"],
+        id="request-rate-1e-9",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "fragments"), CLOCK_CASES)
+def test_timed_run_past_the_simulated_clock(tmp_path, make, fragments):
+    """Inputs that once made a timed run spin for ever (the float clock stops resolving the world's small
+    waits far out): refused in one line, in bounded time. In a subprocess with a timeout, so a regression
+    fails instead of hanging the suite."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    sc = make(tmp_path)
+    before = snapshot(tmp_path)
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "hicache_sim", "run", str(sc), "--out", str(tmp_path / "out")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert_user_error(SimpleNamespace(exit_code=r.returncode, output=r.stdout + r.stderr), *fragments)
+    assert snapshot(tmp_path) == before
+
+
 # --------------------------------------------------------------------------- model config.json
 
 #: A config.json SGLang 0.5.23 could load (LlamaForCausalLM), for the rows below to break one key of.

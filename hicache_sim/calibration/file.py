@@ -23,10 +23,15 @@ PARAM_FIELDS = ("bandwidth_Bps", "latency_s", "half_efficiency_bytes", "segment_
 # Link fields: (low, high, whether low itself is allowed). Finite bounds: a NaN or an infinite cost
 # would leave a timed run polling forever; the costs stop where the scenario's (1e9 us) do.
 PARAM_BOUNDS = {
-    "bandwidth_Bps": (0.0, 1e15, False),
+    "bandwidth_Bps": (1e6, 1e15, True),
     "latency_s": (0.0, 1e3, True),
     "half_efficiency_bytes": (0.0, 1e12, True),
     "segment_overhead_s": (0.0, 1e3, True),
+}
+# Why a bound is where it is, said with the error (a bound on a float alone would look arbitrary).
+BOUND_REASONS = {
+    "bandwidth_Bps": "a host-device copy below 1 MB/s is no PCIe link (gen1 x1 moves 250 MB/s), and one that "
+    "slow would put a transfer's end past the simulated clock's range",
 }
 # Compute fields: (low, high, whether low itself is allowed). Efficiencies are fractions of a peak;
 # overheads are microseconds (bounded as the scenario bounds them).
@@ -128,7 +133,8 @@ def load_calibration(path: str | Path) -> Calibration:
                 raise CalibrationError(f"{path}: groups[{i}].{name}: expected a string")
             key.append(v)
         vals = {
-            name: _bounded(row.get(name), PARAM_BOUNDS[name], f"{path}: groups[{i}].{name}") for name in PARAM_FIELDS
+            name: _bounded(row.get(name), PARAM_BOUNDS[name], f"{path}: groups[{i}].{name}", BOUND_REASONS.get(name))
+            for name in PARAM_FIELDS
         }
         cal.groups[tuple(key)] = LinkParams(**vals)
         if isinstance(row.get("holdout"), dict):
@@ -153,11 +159,11 @@ def _compute_section(section, path) -> dict[str, float]:
     return out
 
 
-def _bounded(v, bounds: tuple[float, float, bool], where: str) -> float:
+def _bounded(v, bounds: tuple[float, float, bool], where: str, why: str | None = None) -> float:
     """``v`` as a float inside ``bounds`` (low, high, low allowed); NaN and booleans are refused."""
     low, high, low_ok = bounds
     number = not isinstance(v, bool) and isinstance(v, (int, float)) and v == v
     if not number or v > high or v < low or (v == low and not low_ok):
         rng = f"in [{low:g}, {high:g}]" if low_ok else f"in ({low:g}, {high:g}]"
-        raise CalibrationError(f"{where}: expected a number {rng}, got {v!r}")
+        raise CalibrationError(f"{where}: expected a number {rng}, got {v!r}" + (f" ({why})" if why else ""))
     return float(v)

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from ..core import HiCache, check
+from ..core import ConfigError, HiCache, check
 from ..scenario import Resolved
 from ..workloads import Request
 from ..workloads.lazy import rids_known_unique
 from ..workloads.synthetic import Workload
+from ..workloads.workload import MAX_CLOCK_S
 from .arrivals import arrivals_for
 from .compute import ComputeModel, StepTimeModel
 from .engine import Scheduler, SchedulerPolicy
@@ -221,10 +222,13 @@ class World:
         step = env.step
         events = 0
         inf = math.inf
+        horizon = MAX_CLOCK_S
         while True:
             t = peek()
-            if t == inf:
-                break
+            if t > horizon:  # one test for the common path: the end (inf) or past the clock
+                if t == inf:
+                    break
+                self._past_the_clock(t)
             if t >= ts.next_s:
                 ts.before(t)
             step()
@@ -235,6 +239,18 @@ class World:
         self.events = events + self.scheduler.merged_steps  # as if one timeout per decode step
         self.verify()
         return self.result()
+
+    def _past_the_clock(self, t: float) -> None:
+        """Stop a run whose next event lies past :data:`MAX_CLOCK_S`: there the float clock no longer
+        resolves the world's small waits (a wait rounds to nothing), so the results would be noise."""
+        n = len(self.workload.requests)
+        raise ConfigError(
+            "simulated time",
+            f"the next event is at {t:.4g} s with {self.n_done} of {n} requests done; a timed run must end "
+            f"before {MAX_CLOCK_S:.0f} s (97 days), where the float clock of seconds still resolves 1 ns; "
+            "check the workload's span (trace timestamps and time_scale, request_rate) and the hardware's "
+            "speeds (hardware.pcie, hardware.storage, hardware.calibration, compute efficiencies)",
+        )
 
     def pool_usage(self) -> dict[str, int]:
         """Pages in use per pool, and the pages the tree and the running requests account for."""

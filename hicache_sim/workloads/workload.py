@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from .client_loop import SenderSpec
 from .records import Request
 
+#: The timed world's clock is a float of seconds. Below 2**23 s (97 days) one step of it is at most
+#: 2**-30 s, under the links' 1 ns tolerance and far under the world's microsecond costs, so every wait
+#: moves time; further out, small waits round to nothing and the results lose their resolution.
+#: Arrivals must fall before it, and a timed run whose clock passes it stops with an error.
+MAX_CLOCK_S = float(2**23)
+
 
 @dataclass(frozen=True)
 class ServingSpec:
