@@ -320,7 +320,13 @@ def simulate(
     wl = workload if workload is not None else build_workload(sc, r.cache.page_size, base_dir)
     record = sc.metrics.transfer_log if record_transfers is None else record_transfers
     runner = run_timed_scenario if sc.mode == "timed" else run_instant_scenario
-    return runner(r, wl, check_invariants=check_invariants, progress=progress, record_transfers=record)
+    out = runner(r, wl, check_invariants=check_invariants, progress=progress, record_transfers=record)
+    if sc.workload.kind == "trace" and sc.workload.trace.format == "mooncake":
+        from .output.observed import attach_observed  # the server's cached_tokens, when the trace has them
+        from .workloads.traces import trace_path
+
+        attach_observed(out, trace_path(sc.workload.trace.path, base_dir))
+    return out
 
 
 def versions() -> dict:

@@ -13,7 +13,9 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import yaml
 from conftest import assert_user_error, invoke
 
 T0 = datetime(2026, 11, 2, 10, 0, 0)
@@ -154,3 +156,61 @@ def test_abbreviated_text_is_never_an_eleven_token_prompt(tmp_path):
     (tmp_path / "trace.jsonl").unlink()
     r, _ = convert(tmp_path, log, "--strict", "--format", "sglang")
     assert_user_error(r, "abbrev.log:2", "abbreviated", "--log-requests-level 3")
+
+
+# ------------------------------------------------------------------ what the server saw (cached_tokens)
+
+
+def test_convert_keeps_the_servers_cached_tokens_as_a_column(tmp_path):
+    r, lines = convert(tmp_path, server_log(tmp_path, console=False))
+    assert r.exit_code == 0, r.output
+    assert [ln["cached_tokens"] for ln in lines] == [0, 40, 0]  # out.meta_info.cached_tokens, per request
+    assert "3 requests carry the server's cached_tokens" in r.output
+
+
+def test_a_run_of_the_converted_trace_compares_observed_and_simulated_hits(tmp_path):
+    """The server cached all 40 shared ids of turn 2; the simulator, at 16-token pages, the 32 of its two
+    whole pages (SGLang matches whole pages too: the server's page size was 1). Overall 40/112 observed
+    against 32/112 simulated; per request 0 = 0, 40 vs 32, 0 = 0."""
+    r, _ = convert(tmp_path, server_log(tmp_path, console=False))
+    assert r.exit_code == 0, r.output
+    scenario = {
+        "name": "observed",
+        "mode": "instant",
+        "model": "llama-3.1-8b",
+        "cache": {"page_size": 16, "device_tokens": 16 * 100, "host_ratio": 2, "host_alignment": "exact"},
+        "scheduler": {"chunked_prefill_size": None},
+        "metrics": {"warmup_fraction": 0.0},
+        "workload": {"kind": "trace", "trace": {"path": "trace.jsonl", "block_size": 16}},
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    r = invoke("run", tmp_path / "s.yaml", "--out", tmp_path / "run", "--no-figures")
+    assert r.exit_code == 0, r.output
+    block = json.loads((tmp_path / "run" / "summary.json").read_text())["observed"]
+    assert block["requests"] == 3 and block["prompt_tokens"] == 112
+    assert block["hit_rate_observed"] == pytest.approx(40 / 112)
+    assert block["hit_rate_simulated"] == pytest.approx(32 / 112)
+    assert block["per_request"]["simulated_lower"] == 1 and block["per_request"]["equal"] == 2
+    assert block["per_request"]["abs_difference"]["max"] == pytest.approx(8 / 64)
+    assert "observed hit rate 0.3571 (the server's cached_tokens) vs simulated 0.2857" in r.output
+    rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    assert rows["observed_cached_tokens"].tolist() == [0, 40, 0]
+    r = invoke("run", tmp_path / "s.yaml", "--out", tmp_path / "again", "--no-figures")
+    for name in ("summary.json", "requests.parquet"):  # same scenario, same bytes
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "run" / name).read_bytes()
+
+
+def test_cached_tokens_of_a_retokenised_prompt_are_scaled_to_its_length(tmp_path):
+    """An OpenAI log's ``usage.prompt_tokens_details.cached_tokens`` counts the server's tokens; without
+    the server's tokenizer the trace's prompt is another length, so the cached share is what is kept:
+    40 of 80 server tokens on a prompt the byte fallback makes 100 tokens long is 50."""
+    line_ = {
+        "timestamp": 0,
+        "prompt": "x" * 400,
+        "usage": {"prompt_tokens": 80, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 40}},
+    }
+    (tmp_path / "log.jsonl").write_text(json.dumps(line_) + "\n")
+    r, lines = convert(tmp_path, tmp_path / "log.jsonl")
+    assert r.exit_code == 0, r.output
+    assert lines[0]["input_length"] == 100 and lines[0]["cached_tokens"] == 50
+    assert "1 scaled" in r.output

@@ -142,6 +142,10 @@ def run(
     saturated = saturation_warning(result.summary)
     if saturated:
         typer.echo(f"warning: {saturated}", err=True)
+    if "observed" in result.summary:
+        from ..output.observed import observed_line
+
+        typer.echo(observed_line(result.summary["observed"]))
     if "rounds" in result.summary:
         typer.echo(rounds_table(result.summary["rounds"]))
     if "serving" in result.summary:

@@ -1,7 +1,13 @@
 """``trace convert``: a request log to a Mooncake-format trace (``timestamp`` in ms from the first
 arrival, ``input_length``, ``output_length``, ``hash_ids``: one chain-hash id per block of
 ``block_size`` prompt tokens). Prompts are tokenised, hashed and dropped: nothing of their text or
-token ids reaches the output."""
+token ids reaches the output.
+
+Where the log says what the server found cached (SGLang's ``cached_tokens``), every line gets a
+``cached_tokens`` column (``null`` where one request's is not logged): a run of the trace then
+compares it with the simulated hits (``output/observed.py``). When the trace's prompt length is not
+the server's (a prompt tokenised again here), the cached share is kept: ``round(cached * input_length
+/ prompt_tokens)``."""
 
 from __future__ import annotations
 
@@ -37,6 +43,17 @@ def _unique_digests(key: tuple, n_tokens: int, block_size: int) -> list[bytes]:
     return [hashlib.blake2b(seed + i.to_bytes(8, "little"), digest_size=16).digest() for i in range(n_blocks)]
 
 
+def _cached(req: LogRequest, n_tokens: int) -> int | None:
+    """The server's cached tokens on the trace's prompt of ``n_tokens``: its share kept where the
+    server counted another length (see the module docstring), never more than the prompt."""
+    c = req.cached_tokens
+    if c is None:
+        return None
+    if req.prompt_tokens and req.prompt_tokens != n_tokens:
+        c = round(c * n_tokens / req.prompt_tokens)
+    return min(c, n_tokens)
+
+
 def _tokens(req: LogRequest, tokenizer: Tokenizer) -> list[int]:
     kind, value = req.prompt
     if kind == "messages":
@@ -64,12 +81,13 @@ def convert_log(
     tok = load_tokenizer(tokenizer)
     read = read_log(path, fmt, ReadOptions(run=run, time_unit=time_unit))
     skipped = list(read.skipped)
-    rows: list[tuple[float, int, int, list[bytes]]] = []
+    rows: list[tuple[float, int, int, list[bytes], int | None]] = []
     used_tokenizer = False
+    scaled = 0
     for req in read.requests:
         if req.prompt[0] == "length":
             _, _, n = req.prompt[1]
-            rows.append((req.arrival_s, n, req.output_tokens, _unique_digests(req.prompt[1], n, block_size)))
+            rows.append((req.arrival_s, n, req.output_tokens, _unique_digests(req.prompt[1], n, block_size), None))
             continue
         try:
             tokens = _tokens(req, tok)
@@ -80,7 +98,9 @@ def convert_log(
         if not tokens:
             skipped.append(Skipped(req.line, "the prompt has no tokens"))
             continue
-        rows.append((req.arrival_s, len(tokens), req.output_tokens, chain_hashes(tokens, block_size)))
+        cached = _cached(req, len(tokens))
+        scaled += cached is not None and cached != req.cached_tokens
+        rows.append((req.arrival_s, len(tokens), req.output_tokens, chain_hashes(tokens, block_size), cached))
     skipped.sort(key=lambda s: s.line)
     if strict and skipped:
         s = skipped[0]
@@ -102,9 +122,18 @@ def convert_log(
             "output_length": n_out,
             "hash_ids": ids.ids(digests),
         }
-        for arrival, n_in, n_out, digests in rows
+        for arrival, n_in, n_out, digests, _ in rows
     ]
     notes = list(read.notes)
+    observed = sum(r[4] is not None for r in rows)
+    if observed:
+        for line, row in zip(lines, rows, strict=True):
+            line["cached_tokens"] = row[4]
+        notes.append(
+            f"{observed} requests carry the server's cached_tokens (column cached_tokens; a run of the trace "
+            f"compares them with the simulated hits)"
+            + (f", {scaled} scaled to the trace's prompt length" if scaled else "")
+        )
     if used_tokenizer and not tok.exact:
         notes.append(f"no --tokenizer: token counts are approximate ({tok.name})")
     name = tok.name if used_tokenizer else "token ids from the log (exact)"

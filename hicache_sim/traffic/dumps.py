@@ -31,7 +31,9 @@ def _deque(items=(), maxlen=None) -> list:
 def _bytearray(source=b"", *args) -> bytearray:
     """``bytearray`` as pickles call it (bytes, or a str and its encoding), never ``bytearray(count)``."""
     if not isinstance(source, (bytes, bytearray, str)):
-        raise pickle.UnpicklingError(f"bytearray from a {type(source).__name__}: a pickle builds one from bytes")
+        raise pickle.UnpicklingError(
+            f"bytearray({type(source).__name__}): a pickle builds one from bytes, never a count"
+        )
     return bytearray(source, *args)
 
 

@@ -63,7 +63,10 @@ class LogRequest:
     output_tokens: int
     prompt: tuple[str, object]
     upper_bound_output: bool = False
-    cached_tokens: int | None = None  # what the server found cached (SGLang's meta_info), when logged
+    #: What the server found cached of the prompt, and the prompt's length in its own tokens, when logged
+    #: (SGLang's ``meta_info.cached_tokens`` / ``prompt_tokens``, OpenAI's ``usage.prompt_tokens_details``).
+    cached_tokens: int | None = None
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,10 @@ def _openai_line(lineno: int, obj: dict, clock: Clock) -> LogRequest | Skipped:
 
     for usage in (resp.get("usage"), obj.get("usage")):
         if isinstance(usage, dict) and _count(usage.get("completion_tokens")) is not None:
-            return LogRequest(lineno, arrival, _count(usage["completion_tokens"]), prompt)
+            details = usage.get("prompt_tokens_details")
+            cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+            n_out, n_in = _count(usage["completion_tokens"]), _count(usage.get("prompt_tokens"))
+            return LogRequest(lineno, arrival, n_out, prompt, cached_tokens=cached, prompt_tokens=n_in)
     for key in ("output_length", "output_tokens"):
         if _count(obj.get(key)) is not None:
             return LogRequest(lineno, arrival, _count(obj[key]), prompt)
@@ -321,7 +327,8 @@ def read_sglang(path: Path, opts: ReadOptions) -> LogRead:
                 continue
             arrival = end - float(e2e)
         done.add(rid)
-        out.requests.append(LogRequest(lineno, arrival, n_out, prompt, cached_tokens=_count(meta.get("cached_tokens"))))
+        cached, n_in = _count(meta.get("cached_tokens")), _count(meta.get("prompt_tokens"))
+        out.requests.append(LogRequest(lineno, arrival, n_out, prompt, cached_tokens=cached, prompt_tokens=n_in))
     unfinished = len(set(received) - done - {ev.get("rid") for _, ev in finished})
     if unfinished:
         out.notes.append(f"{unfinished} requests were received but never finished in this log: left out")
@@ -416,8 +423,8 @@ def read_sglang_dump(path: Path, opts: ReadOptions) -> LogRead:
             if isinstance(prompt, Skipped):
                 out.skipped.append(Skipped(order, prompt.reason, where))
                 continue
-            cached = _count(meta.get("cached_tokens"))
-            out.requests.append(LogRequest(order, arrival, n_out, prompt, cached_tokens=cached))
+            cached, n_in = _count(meta.get("cached_tokens")), _count(meta.get("prompt_tokens"))
+            out.requests.append(LogRequest(order, arrival, n_out, prompt, cached_tokens=cached, prompt_tokens=n_in))
     out.notes.append(f"read {len(files)} dump file(s) inertly (nothing in them was imported or run)")
     if health:
         out.notes.append(f"{health} health check requests (rid HEALTH_CHECK_...): not traffic, left out")

@@ -265,6 +265,11 @@ def _mooncake_check(obj: dict, path: str, lineno: int, block_size: int) -> float
             lineno,
             f"{len(ids)} hash_ids for input_length {inp}: expected ceil({inp}/{block_size}) = {-(-inp // block_size)}",
         )
+    cached = obj.get("cached_tokens")  # optional: what the server found cached (trace convert; output/observed.py)
+    if cached is not None and not (type(cached) is int and 0 <= cached <= inp):
+        raise WorkloadError(
+            path, lineno, f"field 'cached_tokens' must be null or an integer 0..input_length ({inp}), got {cached!r}"
+        )
     return ts / 1000.0
 
 
