@@ -109,6 +109,7 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
         )
     r = resolve(sc)
     device_gb = r.device_tokens * r.bytes_per_token / 1e9
+    node_cap, node_note = node_limit(r)
     if sizes is None:
         sizes = sorted({max(1, round(q * device_gb)) for q in DEFAULT_RATIOS})
     else:
@@ -118,15 +119,23 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
         over = [s for s in sizes if budget is not None and s > budget]
         if over:
             raise ScenarioError(f"--host-sizes-gb: {over[0]} GB is above --host-budget-gb {budget:g}")
+        over = [s for s in sizes if node_cap is not None and s > node_cap]
+        if over:
+            raise ScenarioError(f"--host-sizes-gb: {over[0]} GB per rank is more than {node_note}")
         sizes = sorted(set(sizes))
     if budget is not None:
         if budget < 1:
             raise ScenarioError(f"--host-budget-gb: {budget:g} GB is below 1 GB, the smallest --hicache-size")
         sizes = sorted({s for s in sizes if s <= budget} | {int(budget)})
+    node_notes = []
+    if node_cap is not None and sizes[-1] > node_cap:
+        sizes = sorted({s for s in sizes if s <= node_cap} | {node_cap})
+        node_notes.append(f"host sizes capped at {node_cap} GB per rank: more is {node_note}")
     base = {k: v for k, v in data.items() if k != "sweep"}
     base["cache"] = {k: v for k, v in (base.get("cache") or {}).items() if k not in ("host_ratio", "host_tokens")}
     base["cache"].pop("host_size_gb", None)
     notes = ["the scenario's sweep: mapping is not used (advise sweeps its own grid)"] if data.get("sweep") else []
+    notes += node_notes
     if buffer:
         axes: dict[str, list[Any]] = {
             SIZE: sizes,
@@ -154,6 +163,28 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
         buffer,
         sc.cache.storage_backend,
     )
+
+
+def node_limit(r: Any) -> tuple[int | None, str]:
+    """The largest host size per rank (whole GB) the node holds, and what holds it back, for a line;
+    None when the scenario gives no ``hardware.host_memory_gib``. A node that holds not even 1 GB per
+    rank raises ScenarioError: advise would have nothing to propose."""
+    from .scenario.preflight import largest_host_gb, node_ranks
+
+    cap = largest_host_gb(r)
+    if cap is None:
+        return None, ""
+    hw = r.scenario.hardware
+    why = (
+        f"the node holds: {node_ranks(r)} rank(s) pin their host pools (and the pools beside them) in "
+        f"hardware.host_memory_gib {hw.host_memory_gib:g} GiB less SGLang's 10 GiB reserve"
+    )
+    if cap < 1:
+        raise ScenarioError(
+            f"hardware.host_memory_gib: {hw.host_memory_gib:g} GiB holds no 1 GB host pool for each of "
+            f"{node_ranks(r)} rank(s) after SGLang's 10 GiB reserve; advise has no size to propose"
+        )
+    return cap, why
 
 
 def ordered(table: pd.DataFrame) -> pd.DataFrame:

@@ -350,6 +350,11 @@ TRACE_CASES = [
         ["trace.jsonl:1", "nested deeper than"],
         id="deeply-nested-json",
     ),
+    pytest.param(
+        b'{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "cached_tokens": 11}\n',
+        ["trace.jsonl:1", "'cached_tokens'", "0..input_length (10)", "11"],
+        id="cached-tokens-past-the-prompt",
+    ),
 ]
 
 
@@ -1137,14 +1142,32 @@ FROM_SGLANG_CASES = [
         ["--hicache-use-disk", "not a flag of sglang 0.5.23"],
         id="flag-of-another-version",
     ),
-    pytest.param([*LAUNCH, "--cuda-graph-max-bs", "8"], ["--cuda-graph-max-bs", "ambiguous"], id="ambiguous-prefix"),
+    # --cuda-graph-max-bs, ambiguous in 0.5.23, is read as SGLang renamed it (tests/test_sglang_flag_values.py);
+    # --cuda-graph is ambiguous in every stored version
+    pytest.param([*LAUNCH, "--cuda-graph", "8"], ["--cuda-graph", "ambiguous"], id="ambiguous-prefix"),
+    pytest.param(
+        # sgl-project/sglang PR #5932's launch line: a flag of sglang 0.4.x / 0.5.2
+        [*LAUNCH, "--tp", "8", "--quantization", "fp8", "--enable-ep-moe"],
+        ["--enable-ep-moe", "a flag of sglang 0.4.10, 0.5.2", "refuses it at start-up", "remove it"],
+        id="flag-of-an-older-release",
+    ),
+    pytest.param(
+        [*LAUNCH, "--radix-eviction-policy", "fifo"],
+        ["--radix-eviction-policy fifo", "choices (lru, lfu, slru, priority, tlru)", "refuses it at start-up"],
+        id="value-sglang-refuses",
+    ),
+    pytest.param(
+        [*LAUNCH, "--max-total-tokens", "1e3k"],
+        ["--max-total-tokens", "'1e3k'", "Ki", "refuses it at start-up"],
+        id="human-int",
+    ),
     pytest.param([*LAUNCH, "--page-size"], ["--page-size", "expected a value"], id="missing-value"),
     pytest.param([*LAUNCH, "--page-size", "big"], ["--page-size", "integer", "'big'"], id="not-an-int"),
     pytest.param([*LAUNCH, "--enable-hicache=1"], ["--enable-hicache", "takes no value"], id="switch-with-value"),
     pytest.param([*LAUNCH, "stray"], ["'stray'", "expected an SGLang flag"], id="stray-word"),
     pytest.param(
         [*LAUNCH, "--enable-hierarchical-cache", "--hicache-io-backend", "kernel_ascend"],
-        ["--hicache-io-backend kernel_ascend", "not modelled", "kernel, direct"],
+        ["--hicache-io-backend kernel_ascend", "not modelled", "direct, kernel"],
         id="unmodelled-value",
     ),
     pytest.param(
@@ -1254,6 +1277,15 @@ def test_from_sglang_replaces_only_its_own_file(tmp_path):
 def test_sglang_args_of_a_bad_scenario(tmp_path):
     sc = write_scenario(tmp_path, with_("cache", page_sise=64))
     assert_user_error(invoke("sglang-args", sc), "bad.yaml", "cache.page_sise", "unknown key")
+
+
+def test_sglang_args_of_a_scenario_sglang_cannot_run(tmp_path):
+    """fifo is a simulator strategy: a valid scenario, but no SGLang 0.5.23 command runs it."""
+    sc = write_scenario(tmp_path, with_("cache", eviction_policy="fifo"))
+    assert invoke("validate", sc).exit_code == 0
+    res = invoke("sglang-args", sc)
+    assert_user_error(res, "bad.yaml", "cache.eviction_policy=fifo", "--radix-eviction-policy fifo", "lru, lfu")
+    assert res.stdout == ""
 
 
 def test_policy_config_sglang_accepts_is_accepted(tmp_path):

@@ -50,7 +50,6 @@ def test_per_phase_backends_are_listed_as_not_modelled():
         ("--attention-backend trtllm_mla --page-size 32", "trtllm_mla", 32, None),
         ("--attention-backend tokenspeed_mla", "cutedsl_mla", 64, "deprecated; SGLang runs it as cutedsl_mla"),
         ("--attention-backend compressed", "dsv4", 1, "deprecated; SGLang runs it as dsv4"),
-        ("--attention-backend my_plugin", "my_plugin", 1, "not one of sglang 0.5.23's choices"),
     ],
 )
 def test_backends_that_fix_the_page_size_and_renamed_ones(flags, backend, page, says):
@@ -59,6 +58,14 @@ def test_backends_that_fix_the_page_size_and_renamed_ones(flags, backend, page, 
     assert conv.data["cache"]["page_size"] == page
     if says:
         assert any(says in n for n in conv.notes), conv.notes
+
+
+def test_a_backend_outside_sglangs_choices_is_refused_as_sglang_refuses_it():
+    """A stock SGLang 0.5.23 refuses it at start-up (a plugin could add it: the message says so)."""
+    with pytest.raises(ValueError) as err:
+        from_command(f"{LLAMA} --attention-backend my_plugin")
+    assert str(err.value).startswith("--attention-backend my_plugin: not one of sglang 0.5.23's choices (triton,")
+    assert str(err.value).endswith("SGLang refuses it at start-up unless a plugin adds it")
 
 
 def test_the_backend_changes_no_step_time():

@@ -95,14 +95,18 @@ def sglang_args(
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a key (repeatable)"),
 ) -> None:
     """Print the SGLang launch command that realises SCENARIO (flags at SGLang's default are left
-    out); what no flag can say is a warning."""
+    out); what no flag can say is a warning. A setting SGLang has no flag value for (eviction policy
+    fifo, mru or filo) prints no command: one error line naming it, exit code 2."""
     from ..scenario import load_scenario
-    from ..sglang import to_command
+    from ..sglang import SglangArgsError, to_command
     from ..sglang.convert import command_line
 
     with user_errors(scenario):
         sc = load_scenario(scenario, set_)
-        tokens, notes = to_command(sc)
+        try:
+            tokens, notes = to_command(sc)
+        except SglangArgsError as e:
+            raise UserError(f"{scenario}: {e}") from None
     for note in notes:
         typer.echo(f"warning: {note}", err=True)
     typer.echo(command_line(tokens))

@@ -17,13 +17,27 @@ if TYPE_CHECKING:
 def validate(
     scenario: str = typer.Argument(..., metavar="SCENARIO", help="scenario YAML or builtin:NAME"),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a key (repeatable)"),
+    node_memory: float | None = typer.Option(
+        None,
+        "--node-memory",
+        metavar="GIB",
+        help="host memory of one node available to SGLang, GiB (sets hardware.host_memory_gib): the host "
+        "pools of every rank on the node are checked against it",
+    ),
 ) -> None:
-    """Check SCENARIO against the schema and resolve its sizes; print them."""
+    """Check SCENARIO against the schema and resolve its sizes; print them, and what the node pins."""
     from ..scenario import load_scenario, resolve
+    from ..scenario.preflight import node_check
+    from .common import UserError
 
     with user_errors(scenario):
+        if node_memory is not None:
+            if not 0 < node_memory < float("inf"):
+                raise UserError(f"--node-memory: expected GiB > 0, got {node_memory:g}")
+            set_ = [*set_, f"hardware.host_memory_gib={node_memory!r}"]
         sc = load_scenario(scenario, set_)
         r = resolve(sc)
+        node = node_check(r)
     c = r.cache
     typer.echo(f"{scenario}: ok ({sc.name}, mode {sc.mode})")
     typer.echo(
@@ -47,7 +61,9 @@ def validate(
         f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
         f"storage {_storage_line(c) if c.storage else 'off'}"
     )
-    for w in r.warnings:
+    for line in node.lines():
+        typer.echo(f"  {line}")
+    for w in [*r.warnings, *node.warnings()]:
         typer.echo(f"warning: {w}", err=True)
 
 

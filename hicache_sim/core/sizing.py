@@ -60,6 +60,23 @@ def kv_bytes_per_token(dims: ModelDims, tp: int = 1) -> int:
     return 2 * dims.num_layers * heads_per_rank * dims.head_dim * item
 
 
+#: DeepSeek sparse attention quantises its indexer keys to one byte each in blocks of this many, with one
+#: fp32 scale per block (SGLang ``DSATokenToKVPool.quant_block_size``).
+DSA_INDEX_QUANT_BLOCK = 128
+
+
+def dsa_indexer_bytes_per_token(index_head_dim: int, num_layers: int) -> int:
+    """Bytes of one token's indexer keys over ``num_layers`` layers (bytes; 0 without an indexer).
+
+    Per layer: ``index_head_dim`` one-byte key elements plus a 4-byte scale per quantisation block, as
+    SGLang's DSA pools store them (``pool_host/dsa.py`` ``dsa_indexer_bytes_per_token_per_layer``); the
+    same on every TP rank (the indexer has one key head).
+    """
+    if index_head_dim <= 0:
+        return 0
+    return (index_head_dim + index_head_dim // DSA_INDEX_QUANT_BLOCK * 4) * num_layers
+
+
 def bytes_per_layer_per_token(dims: ModelDims, tp: int = 1) -> int:
     """Bytes of one token in one layer (bytes); the unit of a per-layer load-back copy."""
     return kv_bytes_per_token(dims, tp) // dims.num_layers

@@ -34,7 +34,9 @@ class ModelPreset:
     ``experts_per_token`` of them per token (top-k), in every layer but the first ``dense_layers``;
     ``shared_experts`` always run (their parameters are in the non-routed part). 0 experts: dense.
     ``context_len``: the checkpoint's ``max_position_embeddings`` (0: unknown), which SGLang's default
-    ``--max-running-requests`` is derived from.
+    ``--max-running-requests`` is derived from. ``index_head_dim``: DeepSeek sparse attention's indexer
+    key width (config.json ``index_head_dim``; 0: no indexer), whose per-token keys SGLang keeps in a
+    pool beside the KV pool, mirrored on the host by HiCache.
     """
 
     name: str
@@ -55,6 +57,7 @@ class ModelPreset:
     shared_experts: int = 0
     dense_layers: int = 0
     context_len: int = 0
+    index_head_dim: int = 0
 
     @property
     def hidden(self) -> int:

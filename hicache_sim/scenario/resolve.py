@@ -12,7 +12,7 @@ from ..core import (
     ConfigError,
 )
 from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
-from ..core.sizing import ModelDims, host_pool_tokens, kv_bytes_per_token
+from ..core.sizing import ModelDims, dsa_indexer_bytes_per_token, host_pool_tokens, kv_bytes_per_token
 from ..core.stores import STORE_MODELS
 from ..hardware.linkmodel import LinkParams
 from ..hardware.memory import (
@@ -126,6 +126,14 @@ def check_pp(model: ModelPreset, pp: int) -> None:
             "hardware.pp",
             f"{pp} does not divide the {model.num_layers} layers of {model.name}; the simulator models "
             "equal pipeline stages only (choose a divisor)",
+        )
+
+
+def check_nodes(hw: HardwareSpec) -> None:
+    """SGLang's rule for ``--nnodes``: the tp x pp ranks split evenly over the nodes."""
+    if (hw.tp * hw.pp) % hw.nnodes:
+        raise ConfigError(
+            "hardware.nnodes", f"{hw.nnodes} does not divide tp x pp = {hw.tp * hw.pp} ranks; SGLang refuses it"
         )
 
 
@@ -309,6 +317,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     gpu = GPUS.get(hw.gpu)
     check_tp(model, hw.tp)
     check_pp(model, hw.pp)
+    check_nodes(hw)
     check_moe(model)
     stage_layers = model.num_layers // hw.pp
     bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), hw.tp)
@@ -317,7 +326,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     memory = memory_plan(sc, model, gpu, chunk, graph_bs)
     device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
     running = running_cap(sc, model, device_tokens, warnings)
-    host_tokens = _host_tokens(sc, device_tokens, bpt, warnings)
+    host_tokens = _host_tokens(sc, device_tokens, bpt, warnings, indexer_bytes_per_token(model, stage_layers))
     storage = _storage(sc, bpt, model)
     policy = _write_policy(sc.cache, warnings)
     cache = _cache_config(sc.cache, policy, device_tokens, host_tokens, storage, bpt, strict)
@@ -474,18 +483,32 @@ HOST_RESERVE_BYTES = 10 * GIB
 HOST_SLACK_FRACTION = 0.05
 
 
-def default_host_ratio(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str]) -> float:
+def sglang_ranks_per_host(hw: HardwareSpec) -> int:
+    """The ranks SGLang 0.5.23 splits a node's host memory over (``ranks_per_host``): one replica's
+    ``tp x pp`` over ``nnodes``, at least 1."""
+    return max(1, hw.tp * hw.pp // hw.nnodes)
+
+
+def indexer_bytes_per_token(model: ModelPreset, layers: int) -> int:
+    """The DSA indexer bytes of one token over ``layers`` layers (0: the model has no indexer)."""
+    return dsa_indexer_bytes_per_token(model.index_head_dim, layers)
+
+
+def default_host_ratio(
+    sc: Scenario, device_tokens: int, bpt: int, warnings: list[str], indexer_bpt: int = 0
+) -> float:
     """The host ratio SGLang takes when no host size is given: 2 (1.2 in buffer_only), lowered so the
     host pools fit ``hardware.host_memory_gib`` when given (``auto_size_hicache``): per rank,
-    ``(host memory - 10 GiB) // (tp x pp) x host_memory_fraction x 0.95`` over the device pool's bytes
-    (its ``size + page`` rows). Appends to ``warnings`` when it lowers the ratio."""
+    ``(host memory - 10 GiB) // ranks per host x host_memory_fraction x 0.95`` over the device bytes the
+    host mirrors (the KV pool's and the DSA indexer's ``size + page`` rows). Appends to ``warnings``
+    when it lowers the ratio."""
     c, hw = sc.cache, sc.hardware
     ratio = DEFAULT_HOST_RATIO[c.host_memory_mode]
     if hw.host_memory_gib is None:
         return ratio
-    ranks = hw.tp * hw.pp
+    ranks = sglang_ranks_per_host(hw)
     budget = int((int(hw.host_memory_gib * GIB) - HOST_RESERVE_BYTES) // ranks * c.host_memory_fraction)
-    fits = budget * (1 - HOST_SLACK_FRACTION) / ((device_tokens + c.page_size) * bpt)
+    fits = budget * (1 - HOST_SLACK_FRACTION) / ((device_tokens + c.page_size) * (bpt + indexer_bpt))
     if fits <= 0:
         raise ConfigError(
             "hardware.host_memory_gib",
@@ -500,11 +523,11 @@ def default_host_ratio(sc: Scenario, device_tokens: int, bpt: int, warnings: lis
     return min(ratio, fits)
 
 
-def _host_tokens(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str]) -> int:
+def _host_tokens(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str], indexer_bpt: int = 0) -> int:
     """Host pool in tokens, sized as SGLang sizes it from ratio, GB or tokens (appends to ``warnings``)."""
     c = sc.cache
     if c.host_ratio is None and c.host_size_gb is None and c.host_tokens is None:
-        ratio = default_host_ratio(sc, device_tokens, bpt, warnings)
+        ratio = default_host_ratio(sc, device_tokens, bpt, warnings, indexer_bpt)
         sizing = host_pool_tokens(device_tokens, c.page_size, host_ratio=ratio, alignment=c.host_alignment)
     else:
         sizing = host_pool_tokens(

@@ -87,6 +87,9 @@ class ModelSpec(_Strict):
     context_len: int | None = Field(
         None, gt=0, description="context length, tokens (config max_position_embeddings; default: the preset's)"
     )
+    index_head_dim: int | None = Field(
+        None, ge=0, description="DeepSeek sparse attention indexer key width (config index_head_dim; 0: none)"
+    )
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
 
     @field_validator("preset")
@@ -265,6 +268,15 @@ class HardwareSpec(_Strict):
     tp: int = Field(1, gt=0, description="tensor-parallel ranks (KV split across them for MHA/GQA)")
     pp: int = Field(
         1, gt=0, description="pipeline-parallel stages (SGLang --pp-size): layers, weights and KV split evenly"
+    )
+    dp: int = Field(
+        1,
+        gt=0,
+        description="data-parallel replicas of the tp x pp group (SGLang --dp-size without --enable-dp-attention), "
+        "each with its own host pools: the node memory check counts them; the simulation models one replica",
+    )
+    nnodes: int = Field(
+        1, gt=0, description="nodes the tp x pp ranks span (SGLang --nnodes): the node memory check counts one's share"
     )
     mem_fraction_static: float | None = Field(
         None,

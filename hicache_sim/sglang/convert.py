@@ -12,7 +12,7 @@ from ..hardware.presets import GPUS
 from ..scenario import Scenario, build_scenario, resolve
 from ..scenario.schema import AUTO
 from .flags import SGLANG_VERSION, SglangArgsError, parse_command, split_command
-from .table import ROWS, ReadContext, WriteContext
+from .table import ROWS, ReadContext, Row, WriteContext
 
 # Scenario settings no SGLang flag sets, with the value SGLang runs (sglang-args says when a
 # scenario departs from it).
@@ -69,7 +69,7 @@ def from_command(
     if gpu not in GPUS:
         raise SglangArgsError(f"--gpu {gpu}: unknown GPU preset; known: {', '.join(GPUS.names())}")
     parsed = parse_command(argv)
-    ctx = ReadContext(parsed.args, GPUS.get(gpu).memory_mib, preset)
+    ctx = ReadContext(parsed.args, GPUS.get(gpu).memory_mib, preset, list(parsed.notes))
     data: dict = {
         "name": name,
         "description": f"From an SGLang {SGLANG_VERSION} launch command (hicache-sim from-sglang)",
@@ -110,7 +110,9 @@ def from_command(
 
 
 def to_command(sc: Scenario) -> tuple[list[str], list[str]]:
-    """(launch command tokens, notes on what no flag says) for a scenario."""
+    """(launch command tokens, notes on what no flag says) for a scenario. Every value is checked as
+    SGLang's parser checks it: a scenario setting SGLang has no flag value for (a simulator-only
+    eviction strategy such as fifo) raises SglangArgsError naming the field, and no command is made."""
     r = resolve(sc)
     ctx = WriteContext(sc, r)
     tokens = ["python", "-m", "sglang.launch_server"]
@@ -118,7 +120,9 @@ def to_command(sc: Scenario) -> tuple[list[str], list[str]]:
     for row in ROWS:
         active = {"": True, "hicache": r.host_tokens > 0, "storage": storage}[row.needs]
         if active:
-            tokens += row.write(ctx)
+            written = row.write(ctx)
+            _check_written(row, written, ctx)
+            tokens += written
     for dotted, value in SGLANG_RUNS.items():
         v = ctx.get(dotted)
         if v != value:
@@ -127,6 +131,16 @@ def to_command(sc: Scenario) -> tuple[list[str], list[str]]:
     if era:
         ctx.notes.append(f"cache.{', cache.'.join(era)}: no SGLang flag (behaviour of a code era)")
     return tokens, ctx.notes
+
+
+def _check_written(row: Row, written: list[str], ctx: WriteContext) -> None:
+    """Raise SglangArgsError when SGLang ``SGLANG_VERSION`` would refuse a flag value ``row`` wrote,
+    naming the scenario field it came from and what SGLang takes."""
+    try:
+        parse_command(written)
+    except SglangArgsError as e:
+        shown = ", ".join(f"{f}={ctx.get(f)}" for f in row.fields) or ", ".join(row.flags)
+        raise SglangArgsError(f"{shown}: SGLang {SGLANG_VERSION} cannot run this scenario: {e}") from None
 
 
 def command_line(tokens: list[str]) -> str:

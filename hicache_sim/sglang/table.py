@@ -30,9 +30,9 @@ from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
 from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
-from ..hardware.presets import MODELS, STORAGE
+from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, MODELS, STORAGE
 from ..scenario.schema import AUTO
-from .flags import SglangArgsError
+from .flags import SglangArgsError, known_flags
 from .models import hf_id, local_config, model_path_of, preset_for
 
 MISSING: Any = object()
@@ -78,12 +78,14 @@ class WriteContext:
 @dataclass(frozen=True)
 class Row:
     """One or more SGLang flags and the scenario fields they set. ``needs``: the flags matter to
-    SGLang only with HiCache on (``hicache``) or with a storage backend too (``storage``)."""
+    SGLang only with HiCache on (``hicache``) or with a storage backend too (``storage``). ``fields``:
+    the scenario fields its flags are written from (named when SGLang would refuse what it writes)."""
 
     flags: tuple[str, ...]
     read: Callable[[ReadContext], dict[str, Any]]
     write: Callable[[WriteContext], list[str]]
     needs: str = ""
+    fields: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------------------ values
@@ -146,6 +148,14 @@ def _choice(modelled: list[str] | tuple[str, ...]) -> Callable[[str, str], str]:
     return parse
 
 
+def modelled(flag: str, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The values of ``flag`` SGLang accepts (its choices, in its order) that the simulator models
+    (``names``: a registry's, a preset table's): a kind registered here is read from a launch command
+    once SGLang takes it too, with no edit to this table."""
+    choices = known_flags()[0][flag].choices or ()
+    return tuple(c for c in choices if c in names)
+
+
 def _policy_parse(flag: str, raw: str) -> str:
     """A modelled ``--schedule-policy``; SGLang's others are refused saying why."""
     try:
@@ -189,7 +199,7 @@ def field_row(
             return []
         return [flag, show(v)]
 
-    return Row((flag,), read, write, needs)
+    return Row((flag,), read, write, needs, (dotted,))
 
 
 def _model_read(ctx: ReadContext) -> dict[str, Any]:
@@ -240,14 +250,9 @@ def _kv_dtype_write(ctx: WriteContext) -> list[str]:
 _BACKEND_PAGES = {"flashmla": ((64,), 64), "trtllm_mla": ((32, 64), 64), "cutedsl_mla": ((32, 64), 64)}
 
 
-# sglang 0.5.23's --attention-backend choices (``sglang/srt/arg_groups/choices.py``), and the deprecated
-# names it renames (``_handle_deprecated_args``).
-ATTENTION_BACKENDS = (
-    *("triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed"),
-    *("fa3", "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla"),
-    *("tokenspeed_mla", "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer"),
-    *("aiter", "wave", "intel_amx", "ascend", "intel_xpu"),
-)
+# sglang 0.5.23's --attention-backend choices (the stored flag list), and the deprecated names it
+# renames (``_handle_deprecated_args``).
+ATTENTION_BACKENDS: tuple[str, ...] = tuple(known_flags()[0]["--attention-backend"].choices or ())
 _BACKEND_ALIASES = {"compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
 _BACKEND_FLAG = "--attention-backend"
 
@@ -265,10 +270,8 @@ def _backend_read(ctx: ReadContext) -> dict[str, Any]:
     raw = ctx.args.get(_BACKEND_FLAG)
     if raw is None:
         return {}
-    name = _backend(ctx)
-    if raw not in ATTENTION_BACKENDS:
-        ctx.notes.append(f"{_BACKEND_FLAG} {raw}: not one of sglang 0.5.23's choices (a platform plugin's?)")
-    elif name != raw:
+    name = _backend(ctx)  # a value outside SGLang's choices was refused with the command
+    if name != raw:
         ctx.notes.append(f"{_BACKEND_FLAG} {raw}: deprecated; SGLang runs it as {name}")
     pages = " (its page size is: --page-size)" if name in _BACKEND_PAGES else ""
     ctx.notes.append(
@@ -388,7 +391,7 @@ def _fraction_read(ctx: ReadContext) -> dict[str, Any]:
 
 
 def _write_policy_read(ctx: ReadContext) -> dict[str, Any]:
-    policy = _choice(WRITE_POLICIES.names())(
+    policy = _choice(modelled("--hicache-write-policy", WRITE_POLICIES.names()))(
         "--hicache-write-policy", ctx.args.get("--hicache-write-policy", "write_through")
     )
     runs = BUFFER_ONLY_RESOLVED_POLICIES.get(policy)
@@ -399,7 +402,9 @@ def _write_policy_read(ctx: ReadContext) -> dict[str, Any]:
 
 
 # SGLang --hicache-storage-backend values that a storage preset of the same name models.
-SGLANG_STORAGE = tuple(n for n in STORAGE.names() if STORAGE.get(n).sglang_backend == n)
+SGLANG_STORAGE = modelled(
+    "--hicache-storage-backend", [n for n in STORAGE.names() if STORAGE.get(n).sglang_backend == n]
+)
 
 
 def _storage_write(ctx: WriteContext) -> list[str]:
@@ -508,7 +513,7 @@ ROWS: tuple[Row, ...] = (
     _refuse(
         "--disable-radix-cache", "not modelled: the simulator is the radix (prefix) cache; without it nothing is reused"
     ),
-    Row(("--model-path",), _model_read, _model_write),
+    Row(("--model-path",), _model_read, _model_write, fields=("model.preset",)),
     Row(
         ("--kv-cache-dtype",),
         field_row(
@@ -518,20 +523,22 @@ ROWS: tuple[Row, ...] = (
             default="bf16",
         ).read,
         _kv_dtype_write,
+        fields=("model.dtype",),
     ),
     field_row("--tp-size", "hardware.tp", _int, default=1),
     field_row("--pp-size", "hardware.pp", _int, default=1),
-    Row((_NO_CUSTOM_AR,), _custom_ar_read, _custom_ar_write),
+    Row((_NO_CUSTOM_AR,), _custom_ar_read, _custom_ar_write, fields=("hardware.custom_allreduce_max_mib",)),
     field_row("--mem-fraction-static", "hardware.mem_fraction_static", _float, default=None),
     field_row("--cuda-graph-max-bs-decode", "hardware.cuda_graph_max_bs", _int, default=None),
     Row(
         ("--cuda-graph-backend-prefill", _NO_PREFILL_GRAPH, _NO_GRAPHS),
         _prefill_graph_read,
         field_row("--cuda-graph-backend-prefill", "scheduler.cuda_graph_backend_prefill", str, default=AUTO).write,
+        fields=("scheduler.cuda_graph_backend_prefill",),
     ),
     field_row("--max-total-tokens", "cache.device_tokens", _human_int, default=None),
-    Row(("--page-size",), _page_read, _page_write),
-    Row((_BACKEND_FLAG,), _backend_read, _backend_write),
+    Row(("--page-size",), _page_read, _page_write, fields=("cache.page_size",)),
+    Row((_BACKEND_FLAG,), _backend_read, _backend_write, fields=("hardware.attention_backend",)),
     field_row("--chunked-prefill-size", "scheduler.chunked_prefill_size", _chunk_parse, default=AUTO, show=_chunk_show),
     field_row("--max-prefill-tokens", "scheduler.max_prefill_tokens", _human_int, default=16384),
     field_row("--max-running-requests", "scheduler.max_running_requests", _positive, default=AUTO),
@@ -539,7 +546,7 @@ ROWS: tuple[Row, ...] = (
     field_row(
         "--radix-eviction-policy",
         "cache.eviction_policy",
-        _choice([p for p in ("lru", "lfu", "slru", "priority") if p in EVICTION_STRATEGIES]),
+        _choice(modelled("--radix-eviction-policy", EVICTION_STRATEGIES.names())),
         default="lru",
     ),
     field_row(
@@ -549,26 +556,37 @@ ROWS: tuple[Row, ...] = (
         default={},
         show=lambda v: json.dumps(v, sort_keys=True),
     ),
-    Row(_HOST_FLAGS, _host_read, _host_write),
+    Row(
+        _HOST_FLAGS,
+        _host_read,
+        _host_write,
+        fields=("cache.host_memory_mode", "cache.host_ratio", "cache.host_size_gb", "cache.host_tokens"),
+    ),
     Row(
         (_FRACTION_FLAG,),
         _fraction_read,
         field_row(_FRACTION_FLAG, "cache.host_memory_fraction", _float, default=0.8).write,
         "hicache",
+        ("cache.host_memory_fraction",),
     ),
     Row(
         ("--hicache-write-policy",),
         _write_policy_read,
         field_row("--hicache-write-policy", "cache.write_policy", str, default="write_through").write,
         "hicache",
+        ("cache.write_policy",),
     ),
     field_row(
-        "--hicache-io-backend", "cache.io_backend", _choice(("kernel", "direct")), default="kernel", needs="hicache"
+        "--hicache-io-backend",
+        "cache.io_backend",
+        _choice(modelled("--hicache-io-backend", IO_BACKENDS)),
+        default="kernel",
+        needs="hicache",
     ),
     field_row(
         "--hicache-mem-layout",
         "cache.mem_layout",
-        _choice(("layer_first", "page_first", "page_first_direct")),
+        _choice(modelled("--hicache-mem-layout", MEM_LAYOUTS)),
         default="page_first",
         needs="hicache",
     ),
@@ -577,11 +595,12 @@ ROWS: tuple[Row, ...] = (
         field_row("--hicache-storage-backend", "cache.storage_backend", _choice(SGLANG_STORAGE), default="none").read,
         _storage_write,
         "hicache",
+        ("cache.storage_backend",),
     ),
     field_row(
         "--hicache-storage-prefetch-policy",
         "cache.prefetch_policy",
-        _choice(PREFETCH_STOP_POLICIES.names()),
+        _choice(modelled("--hicache-storage-prefetch-policy", PREFETCH_STOP_POLICIES.names())),
         default="timeout",
         needs="storage",
     ),
@@ -600,5 +619,11 @@ ROWS: tuple[Row, ...] = (
         default=None,
         needs="storage",
     ),
-    Row((_EXTRA_FLAG,), _extra_read, _extra_write, "storage"),
+    Row(
+        (_EXTRA_FLAG,),
+        _extra_read,
+        _extra_write,
+        "storage",
+        ("cache.prefetch_threshold", "cache.prefetch_timeout_base_s", "cache.prefetch_timeout_per_ki_token_s"),
+    ),
 )
