@@ -214,3 +214,16 @@ def test_cached_tokens_of_a_retokenised_prompt_are_scaled_to_its_length(tmp_path
     assert r.exit_code == 0, r.output
     assert lines[0]["input_length"] == 100 and lines[0]["cached_tokens"] == 50
     assert "1 scaled" in r.output
+
+
+def test_the_text_request_log_is_named_even_with_format_sglang(tmp_path):
+    """``--log-requests-format text`` (the default) writes reprs: not console output to step over, but
+    the log the user meant, in the wrong format."""
+    log = tmp_path / "text.log"
+    log.write_text(
+        "[2026-11-02 10:00:00] Receive: obj=GenerateReqInput(rid='a', text='hi', input_ids=None)\n"
+        "[2026-11-02 10:00:01] Finish: obj=GenerateReqInput(rid='a', text='hi'), out={'meta_info': {}}\n"
+    )
+    for fmt in ("auto", "sglang"):
+        r, _ = convert(tmp_path, log, "--format", fmt)
+        assert_user_error(r, "text.log", "line 1", "--log-requests-format json")

@@ -127,7 +127,7 @@ def _lines(path: Path) -> Iterator[tuple[int, object]]:
                 hint = ""
                 if "Receive: obj=" in text or "Finish: obj=" in text:
                     hint = "; this is SGLang's text request log: relaunch with --log-requests-format json"
-                kind = Skipped if text.lstrip()[:1] == "{" else TextLine  # request logs are objects
+                kind = Skipped if text.lstrip()[:1] == "{" or hint else TextLine  # request logs are objects
                 yield lineno, kind(lineno, f"not valid JSON ({e.msg}, column {e.colno}){hint}")
 
 
