@@ -19,6 +19,7 @@ from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
 from ..yamlfile import load_yaml, yaml_error_where
 
 CALIBRATION_KIND = "hicache-sim-calibration"
+DIRECTIONS = ("h2d", "d2h")
 PARAM_FIELDS = ("bandwidth_Bps", "latency_s", "half_efficiency_bytes", "segment_overhead_s")
 # Link fields: (low, high, whether low itself is allowed). Finite bounds: a NaN or an infinite cost
 # would leave a timed run polling forever; the costs stop where the scenario's (1e9 us) do.
@@ -68,6 +69,24 @@ class Calibration:
     def get(self, direction: str, io_backend: str, layout: str) -> LinkParams | None:
         return self.groups.get((direction, io_backend, layout))
 
+    def coverage_note(self, name: str, io_backend: str, layout: str, preset: str) -> str:
+        """One line when the file lacks a group a run uses (each direction of its io backend x layout),
+        saying which are calibrated and which fall back to the ``preset`` link curve; '' when it has
+        them all. A file for another backend or layout would otherwise be used silently, changing
+        nothing."""
+        used = [(d, io_backend, layout) for d in DIRECTIONS]
+        missing = [k for k in used if k not in self.groups]
+        if not missing:
+            return ""
+        calibrated = [k for k in used if k in self.groups]
+        has = ", ".join("/".join(k) for k in sorted(self.groups)) or "no link groups"
+        return (
+            f"hardware.calibration {name}: "
+            + (f"calibrated {', '.join('/'.join(k) for k in calibrated)}; " if calibrated else "")
+            + f"{', '.join('/'.join(k) for k in missing)} not in the file, taken from the {preset} preset "
+            f"(the file has {has}; calibrate this io backend and layout to replace them)"
+        )
+
     def to_data(self) -> dict:
         rows = []
         for (d, io, lay), p in sorted(self.groups.items()):
@@ -88,7 +107,7 @@ def preset_calibration(link: LinkPreset, device: str, source: str) -> Calibratio
     """A link preset written as a calibration file: every direction x io backend x layout group (the
     shipped ``*-public.yaml`` files are these, so they never drift from the presets)."""
     cal = Calibration(device=device, source=source)
-    for direction in ("d2h", "h2d"):
+    for direction in sorted(DIRECTIONS):
         for io in IO_BACKENDS:
             for layout in MEM_LAYOUTS:
                 cal.groups[(direction, io, layout)] = link.curve(io).params(direction, layout)

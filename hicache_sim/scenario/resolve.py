@@ -335,6 +335,9 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     io, layout, note = effective_io(sc.cache.io_backend, sc.cache.mem_layout, store, sc.cache.semantics)
     if note:
         warnings.append(note)
+    timed_links = cal is not None and sc.mode == "timed"  # instant mode moves no bytes over a link
+    if timed_links and (note := cal.coverage_note(hw.calibration, io, layout, hw.pcie.preset or gpu.pcie)):
+        warnings.append(note)
     return Resolved(
         scenario=sc,
         model=model,
