@@ -236,6 +236,21 @@ SCENARIO_CASES = [
         ["eviction_policy_config", "unknown key 'protected_treshold'", "protected_threshold (slru)"],
         id="policy-config-typo",
     ),
+    pytest.param(
+        with_("cache", eviction_policy="tlru"),
+        ["cache", "eviction_policy_config", "tlru needs threshold > next_prompt_estimate", "0 <= 0"],
+        id="tlru-without-its-config",
+    ),
+    pytest.param(
+        with_("cache", eviction_policy="tlru", eviction_policy_config={"threshold": 512, "next_prompt_estimate": 4096}),
+        ["eviction_policy_config", "threshold > next_prompt_estimate", "512 <= 4096"],
+        id="tlru-threshold-below-estimate",
+    ),
+    pytest.param(
+        with_("cache", eviction_policy="tlru", eviction_policy_config={"threshold": -1}),
+        ["eviction_policy_config.threshold", "non-negative integer", "-1"],
+        id="tlru-negative-threshold",
+    ),
     # storage eviction models (core/stores.py): the name, a knob the model does not read, knob ranges
     pytest.param(
         {**with_("cache", storage_backend="file"), "hardware": {"storage": {"eviction": "fifo"}}},
@@ -1155,6 +1170,11 @@ FROM_SGLANG_CASES = [
         [*LAUNCH, "--radix-eviction-policy", "fifo"],
         ["--radix-eviction-policy fifo", "choices (lru, lfu, slru, priority, tlru)", "refuses it at start-up"],
         id="value-sglang-refuses",
+    ),
+    pytest.param(
+        [*LAUNCH, "--radix-eviction-policy", "tlru"],
+        ["eviction_policy_config", "tlru needs threshold > next_prompt_estimate", "0 <= 0"],
+        id="tlru-without-its-config",
     ),
     pytest.param(
         [*LAUNCH, "--max-total-tokens", "1e3k"],

@@ -83,6 +83,9 @@ EXPECTED_ORDER = {
     "lfu": "EBACD",  # (hit count, last access): E has 0 hits; B, A, C have 1; D has 2
     "slru": "BEACD",  # (hit count >= 2, last access): D is protected
     "priority": "CDBEA",  # (priority, last access): C has -1
+    # No config: threshold 0 <= estimate 0, so no node is TEL-safe and tlru orders as LRU (every root
+    # child here has the same depth, so no config separates them; tests/test_core_tlru.py does).
+    "tlru": "DBEAC",
 }
 
 

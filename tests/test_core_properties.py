@@ -67,6 +67,9 @@ def configs(draw, write_policy: str | None = None, host_rule: str | None = None)
         host_kind
     ]
     page_size = draw(st.sampled_from([1, 4]))
+    policy = draw(st.sampled_from(EVICTION_STRATEGIES.names()))
+    # The strategy's own knobs (slru's protected_threshold, tlru's token threshold and estimate).
+    policy_config = {k: draw(st.integers(0, 12)) for k in EVICTION_STRATEGIES.get(policy).config_keys}
     return CacheConfig(
         page_size=page_size,
         device_pages=device,
@@ -74,7 +77,8 @@ def configs(draw, write_policy: str | None = None, host_rule: str | None = None)
         write_policy=write_policy,
         host_eviction=host_rule or draw(st.sampled_from(HOST_EVICTION_RULES.names())),
         host_memory_mode="buffer_only" if buffer_only else "cache",
-        eviction_policy=draw(st.sampled_from(EVICTION_STRATEGIES.names())),
+        eviction_policy=policy,
+        eviction_policy_config=policy_config,
         eviction_granularity=draw(st.sampled_from(list(EVICTION_GRANULARITIES))),
         semantics=draw(st.sampled_from(SEMANTICS.names())),
         storage=buffer_only or draw(st.booleans()),

@@ -176,6 +176,8 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             leaf.parent = node
             node.children[leaf.key[0]] = leaf
             node.n_dev_children += 1
+            if self._tracks_depth:
+                self._raise_history(leaf, node)
             refresh(leaf)
             if not node.lock_ref:
                 refresh(node)

@@ -34,9 +34,19 @@ class EvictionStrategy:
     #: The keys ``eviction_policy_config`` may hold for this strategy, each a non-negative integer
     #: (checked by the scenario schema), with what it means.
     config_keys: ClassVar[dict[str, str]] = {}
+    #: Does ``key`` read ``node.tlru_depth`` / ``node.tlru_history``? Then the cache keeps them (at
+    #: node creation and split) and re-queues the ancestors whose history a new node raises.
+    tracks_depth = False
 
-    def __init__(self, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: dict[str, Any] | None = None, page_size: int = 1) -> None:
         self.config = dict(config or {})
+        self.page_size = page_size
+
+    @classmethod
+    def config_error(cls, config: dict[str, Any]) -> str | None:
+        """Why SGLang would refuse ``config`` for this strategy at start-up (None: it accepts it). The
+        keys are already known counts here; this is for rules between them."""
+        return None
 
     def key(self, node: Node) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -111,12 +121,55 @@ class SLRU(EvictionStrategy):
     reads_hit_count = True
     config_keys: ClassVar[dict[str, str]] = {"protected_threshold": "hits after which a node is protected (default 2)"}
 
-    def __init__(self, config: dict[str, Any] | None = None) -> None:
-        super().__init__(config)
+    def __init__(self, config: dict[str, Any] | None = None, page_size: int = 1) -> None:
+        super().__init__(config, page_size)
         self.protected_threshold = int(self.config.get("protected_threshold", 2))
 
     def key(self, node: Node) -> Any:
         return (1 if node.hit_count >= self.protected_threshold else 0, node.last_access)
+
+
+@EVICTION_STRATEGIES.register("tlru")
+class TLRU(EvictionStrategy):
+    """Tail-Optimized LRU (SGLang 0.5.23 ``TLRUStrategy``, arXiv:2510.15152): a branch whose deepest
+    reach is L tokens, whose next prompt adds about ``next_prompt_estimate`` tokens, needs only
+    L + estimate - ``threshold`` tokens cached to keep its next prefill under the TTFT budget. A node
+    lying wholly past that budget (the tokens above it already cover it) is TEL-safe and goes first;
+    then plain LRU. Both keys are tokens, as SGLang's; depths here are pages of ``page_size`` tokens.
+
+    L is the branch's high-water depth (``tlru_history``), which an eviction does not lower: a trimmed
+    conversation stops being TEL-safe once its tail past the budget is gone.
+    """
+
+    name = "tlru"
+    tracks_depth = True
+    config_keys: ClassVar[dict[str, str]] = {
+        "threshold": "tokens a next prefill may recompute within the TTFT budget (default 0)",
+        "next_prompt_estimate": "tokens a conversation's next prompt is expected to add (default 0)",
+    }
+
+    def __init__(self, config: dict[str, Any] | None = None, page_size: int = 1) -> None:
+        super().__init__(config, page_size)
+        self.threshold = int(self.config.get("threshold", 0))
+        self.next_prompt_estimate = int(self.config.get("next_prompt_estimate", 0))
+
+    @classmethod
+    def config_error(cls, config: dict[str, Any]) -> str | None:
+        """SGLang 0.5.23 (``kv_cache_hook``) refuses tlru unless threshold > next_prompt_estimate:
+        otherwise nothing is ever TEL-safe and tlru is LRU."""
+        threshold, estimate = config.get("threshold", 0), config.get("next_prompt_estimate", 0)
+        if threshold <= estimate:
+            return (
+                f"tlru needs threshold > next_prompt_estimate (SGLang refuses it otherwise), "
+                f"got {threshold} <= {estimate}"
+            )
+        return None
+
+    def key(self, node: Node) -> Any:
+        p = self.page_size
+        budget = max(node.tlru_history * p + self.next_prompt_estimate - self.threshold, 0)
+        tel_safe = (node.tlru_depth - len(node.key)) * p >= budget
+        return (-1 if tel_safe else 0, node.last_access)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -46,7 +46,11 @@ class CacheState:
             else None
         )
         self.counters = Counters()
-        self.strategy = EVICTION_STRATEGIES.get(config.eviction_policy)(config.eviction_policy_config)
+        self.strategy = EVICTION_STRATEGIES.get(config.eviction_policy)(
+            config.eviction_policy_config, page_size=config.page_size
+        )
+        # Node depths and branch high-water marks, kept only for a strategy whose key reads them.
+        self._tracks_depth = self.strategy.tracks_depth
         self.write_policy = WRITE_POLICIES.get(config.write_policy)
         self.host_rule = HOST_EVICTION_RULES.get(config.host_eviction)()
         self.stop_policy = PREFETCH_STOP_POLICIES.get(config.prefetch_policy)()
@@ -244,6 +248,8 @@ class CacheState:
     def _add_child(self, parent: Node, child: Node) -> None:
         child.parent = parent
         parent.children[child.key[0]] = child
+        if self._tracks_depth:
+            self._raise_history(child, parent)
         if child.value is not None:
             parent.n_dev_children += 1
         if child.host_value is not None:
@@ -253,6 +259,22 @@ class CacheState:
         self._refresh(child)
         if not parent.lock_ref:  # a locked node is in neither candidate set: nothing to re-queue
             self._refresh(parent)
+
+    def _raise_history(self, node: Node, parent: Node) -> None:
+        """A new node under ``parent``: its depth, and the high-water depth of it and of every ancestor
+        that had not reached it yet (SGLang's ``_set_tlru_lens_and_raise_history``). An ancestor's key
+        may read its history, so each one raised is re-queued (mutates)."""
+        depth = parent.tlru_depth + len(node.key)
+        node.tlru_depth = depth
+        if node.tlru_history < depth:
+            node.tlru_history = depth
+        x = parent
+        root = self.root
+        while x is not None and x.tlru_history < depth:
+            x.tlru_history = depth
+            if x is not root:
+                self._refresh(x)
+            x = x.parent
 
     def _set_value(self, node: Node, pages: list[int]) -> None:
         """Give an evicted node device pages (re-attach or load-back); counts them as evictable."""
@@ -347,6 +369,11 @@ class CacheState:
         upper.lock_ref = child.lock_ref
         upper.pending_write = child.pending_write
         upper.pending_load = child.pending_load
+        if self._tracks_depth:
+            # A split adds no depth: the upper half ends n pages below the parent and shares the
+            # branch's high-water mark; the child's depth is unchanged (its key is shorter).
+            upper.tlru_depth = child.parent.tlru_depth + n
+            upper.tlru_history = child.tlru_history
         if child.value is not None:
             upper.value = child.value[:n]
             child.value = child.value[n:]

@@ -32,6 +32,8 @@ class Node:
         "pending_load",
         "pending_write",
         "priority",
+        "tlru_depth",
+        "tlru_history",
         "value",
     )
 
@@ -53,6 +55,11 @@ class Node:
         self.n_host_children = 0
         self.pending_write: int | None = None
         self.pending_load: int | None = None
+        # Kept only under a strategy that reads them (``tracks_depth``: tlru), 0 otherwise: pages from
+        # the root to the end of this node, and the deepest such end this branch has reached (which
+        # does not shrink when a tail is evicted), as SGLang's unified tree keeps them.
+        self.tlru_depth = 0
+        self.tlru_history = 0
 
     def state(self) -> str:
         """'D', 'H', 'D+H' or '-' (a state the tree must never keep)."""

@@ -427,8 +427,11 @@ class CacheSpec(_Strict):
         description="share of hardware.host_memory_gib (less SGLang's 10 GiB reserve) the host pools of all "
         "ranks may take when no host size is given (SGLang --hicache-host-memory-fraction)",
     )
-    eviction_policy: str = Field("lru", description="lru | lfu | fifo | mru | filo | priority | slru")
-    eviction_policy_config: dict[str, Any] = Field(default_factory=dict, description="e.g. protected_threshold")
+    eviction_policy: str = Field("lru", description="lru | lfu | fifo | mru | filo | priority | slru | tlru")
+    eviction_policy_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="slru: protected_threshold; tlru: threshold, next_prompt_estimate (tokens, threshold larger)",
+    )
     eviction_granularity: Literal["node", "page"] = Field("node", description="whole leaf nodes or exact pages")
     io_backend: Literal["kernel", "direct"] = Field("kernel", description="host<->device copy backend")
     mem_layout: Literal["layer_first", "page_first", "page_first_direct"] = Field(
@@ -482,6 +485,9 @@ class CacheSpec(_Strict):
                 raise ValueError(f"eviction_policy_config: unknown key {key!r}; known: {known}")
             if key in allowed and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0):
                 raise ValueError(f"eviction_policy_config.{key}: expected a non-negative integer, got {value!r}")
+        why = EVICTION_STRATEGIES.get(self.eviction_policy).config_error(self.eviction_policy_config)
+        if why is not None:
+            raise ValueError(f"eviction_policy_config: {why}")
         return self
 
     @model_validator(mode="after")
