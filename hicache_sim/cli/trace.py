@@ -28,6 +28,13 @@ SHOWN_SKIPS = 10
 TRACE_BLOCK_SIZES = {"mooncake": 512, "bailian": 16}
 
 
+def _rate(conv) -> str:
+    """Requests per second over the trace's span (a rate 10^3 off says the time unit was misread)."""
+    if conv.span_s <= 0:
+        return "all at once"
+    return f"{(len(conv.lines) - 1) / conv.span_s:.3g} requests/s"
+
+
 def _is_converted_trace(path: Path) -> bool:
     """Never replace a file: ``--out`` must be new (a converted trace is cheap to make again)."""
     return False
@@ -94,7 +101,8 @@ def convert(
     for note in conv.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(
-        f"wrote {out}: {len(conv.lines)} requests, {conv.blocks} distinct blocks of {block_size} tokens, "
+        f"wrote {out}: {len(conv.lines)} requests over {conv.span_s:,.3f} s ({_rate(conv)}), "
+        f"{conv.blocks} distinct blocks of {block_size} tokens, "
         f"{len(conv.skipped)} skipped; tokens: {conv.tokenizer}"
     )
     typer.echo(f"use it: workload: {{kind: trace, trace: {{path: {out}, block_size: {block_size}}}}}")

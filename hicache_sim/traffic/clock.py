@@ -43,7 +43,7 @@ class Clock:
             raise ValueError(f"--time-unit {unit!r}: expected one of auto, {', '.join(TIME_UNITS)}")
         self.unit = unit
         self.first: tuple[int, bool] | None = None  # (line, relative?) of the first time read
-        self.read_in: dict[str, int] = {}  # "s since 1970" -> values
+        self.read_in: dict[str, int] = {}  # "ms since 1970" -> values read so
 
     def _classify(self, v: float) -> tuple[float, str, bool] | str:
         """``(seconds, how it was read, relative?)`` for a bare number, or why no clock gives it."""
@@ -53,10 +53,10 @@ class Clock:
                 return f"timestamp {v:g} in {self.unit} is {s:.3g} s: past 2286, no clock gives it"
             return s, f"{self.unit} (--time-unit)", abs(s) < EPOCH_WINDOW[0]
         if abs(v) < EPOCH_WINDOW[0]:
-            return v, "s, relative", True
+            return v, "relative seconds", True
         for name, per in TIME_UNITS.items():
             if EPOCH_WINDOW[0] <= v * per < EPOCH_WINDOW[1]:
-                return v * per, f"s since 1970 in {name}" if name != "s" else "s since 1970", False
+                return v * per, f"{name} since 1970", False
         return (
             f"timestamp {v:g} is no clock's: not relative seconds (below 1e9) and not seconds, ms, us or ns "
             f"since 1970 (2001 to 2286); give --time-unit if it is another clock"
@@ -96,6 +96,6 @@ class Clock:
             return []  # a string says its own time
         parts = ", ".join(f"{n} in {how}" for how, n in self.read_in.items())
         hint = ""
-        if "s, relative" in self.read_in:
-            hint = ": relative numbers are read as seconds; give --time-unit ms (or us, ns) if they are not"
-        return [f"timestamps read as seconds from: {parts}{hint}"]
+        if "relative seconds" in self.read_in:
+            hint = " (no magnitude tells relative s from ms: give --time-unit ms, us or ns if they are not seconds)"
+        return [f"timestamps: {parts}{hint}"]

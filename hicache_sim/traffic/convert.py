@@ -34,6 +34,7 @@ class Converted:
     notes: list[str] = field(default_factory=list)
     tokenizer: str = ""
     blocks: int = 0
+    span_s: float = 0.0  # first arrival to last: said beside the count, so a wrong time unit shows
 
 
 def _unique_digests(key: tuple, n_tokens: int, block_size: int) -> list[bytes]:
@@ -139,7 +140,7 @@ def convert_log(
     name = tok.name if used_tokenizer else "token ids from the log (exact)"
     if not used_tokenizer and all(r.prompt[0] == "length" for r in read.requests):
         name = "lengths from the log (no prompts)"
-    return Converted(lines, skipped, notes, name, len(ids))
+    return Converted(lines, skipped, notes, name, len(ids), rows[-1][0] - t0)
 
 
 def trace_text(conv: Converted) -> str:
