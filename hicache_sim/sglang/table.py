@@ -16,6 +16,11 @@ host's memory when the scenario gives ``hardware.host_memory_gib``), write_throu
 page_first layout, prefetch policy timeout, and the storage prefetch knobs of
 ``--hicache-storage-backend-extra-config``: ``prefetch_threshold`` 256 tokens, ``prefetch_timeout_base``
 1 s, ``prefetch_timeout_per_ki_token`` 0.25 s.
+
+The values a modelled flag takes are data too: SGLang's choices (the stored flag list) that a registry or
+preset table of the simulator holds (``modelled``), so a kind registered there is read from a launch
+command with no edit here. A value SGLang itself refuses never reaches a row: ``flags.parse_command``
+refuses it first (docs/reference/sglang-launch-flags.md).
 """
 
 from __future__ import annotations
