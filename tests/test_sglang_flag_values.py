@@ -106,12 +106,21 @@ SIZES = [
     ["model.dtype=fp8", "hardware.mem_fraction_static=0.8", "hardware.cuda_graph_max_bs=96"],
     ["cache.eviction_policy=slru", 'cache.eviction_policy_config={"protected_threshold": 4}'],
 ]
+# A strategy SGLang runs only with its config (tlru: SGLang refuses threshold <= next_prompt_estimate).
+NEEDS_CONFIG = {"tlru": '{"threshold": 2048, "next_prompt_estimate": 512}'}
+
+
+def _sets(field: str, value: str) -> list[str]:
+    config = NEEDS_CONFIG.get(value) if field == "cache.eviction_policy" else None
+    return [f"{field}={value}", *([f"cache.eviction_policy_config={config}"] if config else [])]
+
+
 CASES = [
     *(pytest.param(f"builtin:{name}", [], None, id=f"builtin:{name}") for name in BUILTINS),
     *(pytest.param("builtin:default", sets, None, id=" ".join(sets)) for sets in SIZES),
     *(
         pytest.param(
-            f"builtin:{base}", [f"{field}={value}"], (field, value, flag, written(value)), id=f"{field}={value}"
+            f"builtin:{base}", _sets(field, value), (field, value, flag, written(value)), id=f"{field}={value}"
         )
         for field, flag, values, written, base in GRID
         for value in values
