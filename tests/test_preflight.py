@@ -78,8 +78,9 @@ def test_ratio_2_5_asks_4_8_tb_of_a_3_tb_node():
 
 def test_dsa_indexer_pool_rides_beside_the_kv_pool():
     """sgl-project/sglang#29263: GLM-5.2 at TP 4 with --hicache-size 150: each rank allocated 150.00 GB of
-    host KV, then ~34.38 GB of DSA indexer keys. The indexer stores 128 one-byte keys and one fp32 scale
-    per 128 per token and layer (132 B) against MLA's 576 fp8 bytes: 150 x 132 / 576 = 34.375 GB."""
+    host KV, then ~34.38 GB of DSA indexer keys (the size sizes the KV pool only; #30581 proposed making
+    it the total). The indexer stores 128 one-byte keys and one fp32 scale per 128 per token and layer
+    (132 B) against MLA's 576 fp8 bytes: 150 x 132 / 576 = 34.375 GB."""
     r = resolved(GLM5, {"gpu": "b200", "tp": 4}, {"page_size": 64, "host_size_gb": 150, "device_tokens": 10**6})
     kv, indexer = rank_pools(r)
     assert (kv.name, round(kv.bytes / 1e9, 2)) == ("KV", 150.00)
@@ -88,8 +89,8 @@ def test_dsa_indexer_pool_rides_beside_the_kv_pool():
 
 
 def test_auto_sizing_counts_the_indexer_rows():
-    """Auto-sizing divides the budget by every device byte the host mirrors (hicache_auto_size.py): with a
-    DSA indexer the ratio is lower by the indexer's share of a token's bytes."""
+    """Auto-sizing (sgl-project/sglang#40135, hicache_auto_size.py) divides the budget by every device
+    byte the host mirrors: with a DSA indexer the ratio is lower by the indexer's share of a token."""
     hw = {"gpu": "b200", "tp": 4, "host_memory_gib": 256}
     with_ix = resolved(GLM5, hw, {"page_size": 64, "device_tokens": 10**6})
     without = resolved({**GLM5, "index_head_dim": 0}, hw, {"page_size": 64, "device_tokens": 10**6})
@@ -212,3 +213,17 @@ def test_advise_caps_its_grid_at_what_the_node_holds():
     assert any(f"capped at {cap} GB per rank" in n for n in st.notes)
     with pytest.raises(ScenarioError, match=f"--host-sizes-gb: {cap + 1} GB per rank is more than the node holds"):
         setup(data, "a.yaml", [], None, [cap + 1])
+
+
+#: Each registered side pool's bytes on one rank, derived by hand for GLM5 at TP 4 with a KV host pool of
+#: 1000 pages of 64 tokens (a new entry without its row fails the guard below).
+EXPECTED_SIDE_POOL_BYTES = {"DSA indexer": (1000 + 1) * 64 * (128 + 4) * 78}
+
+
+def test_every_side_pool_is_covered():
+    from hicache_sim.scenario.preflight import SIDE_POOLS
+
+    assert set(SIDE_POOLS.names()) == set(EXPECTED_SIDE_POOL_BYTES)
+    r = resolved(GLM5, {"gpu": "b200", "tp": 4}, {"page_size": 64, "host_tokens": 64_000, "device_tokens": 10**6})
+    for name, expected in EXPECTED_SIDE_POOL_BYTES.items():
+        assert SIDE_POOLS.get(name).bytes_per_rank(r, r.host_tokens) == expected
