@@ -171,10 +171,11 @@ def test_validate_prints_the_node_check(tmp_path):
     sc.write_text(yaml.safe_dump(data))
     small = invoke("validate", sc, "--node-memory", "256")
     assert small.exit_code == 0, small.output
+    assert "valid, but not on this node" in small.output.splitlines()[0]
     assert "does NOT fit" in small.output and "overcommitted" in small.output
     assert "SGLang 0.5.23 refuses to start" in small.output
     big = invoke("validate", sc, "--node-memory", "2048")
-    assert "fits" in big.output and "overcommitted" not in big.output
+    assert "fits" in big.output and "overcommitted" not in big.output and ": ok (" in big.output
     unknown = invoke("validate", sc)
     assert "372.5 GiB pinned" in unknown.output and "hardware.host_memory_gib or --node-memory" in unknown.output
 

@@ -39,7 +39,9 @@ def validate(
         r = resolve(sc)
         node = node_check(r)
     c = r.cache
-    typer.echo(f"{scenario}: ok ({sc.name}, mode {sc.mode})")
+    fails = node.overcommits or node.guard() == "refused"
+    verdict = "valid, but not on this node (warnings below)" if fails else "ok"
+    typer.echo(f"{scenario}: {verdict} ({sc.name}, mode {sc.mode})")
     typer.echo(
         f"  model {r.model.name}: {r.bytes_per_token} B/token/rank, page {c.page_size} tokens "
         f"({r.page_bytes / 2**20:.2f} MiB)"
