@@ -76,22 +76,6 @@ class ModelPreset:
 
 
 MODELS: Registry[ModelPreset] = Registry("model preset", "model")
-# Context length of each preset (config.json max_position_embeddings).
-_CONTEXT_LEN = {
-    "llama-3.1-8b": 131072,
-    "llama-3.1-70b": 131072,
-    "llama-3.1-405b": 131072,
-    "qwen2.5-7b": 32768,
-    "qwen2.5-72b": 32768,
-    "qwen3-8b": 40960,
-    "qwen3-14b": 40960,
-    "qwen3-32b": 40960,
-    "qwen3-30b-a3b": 40960,
-    "qwen3-235b-a22b": 40960,
-    "glm-4.5": 131072,
-    "deepseek-v3": 163840,
-    "deepseek-r1": 163840,
-}
 # DeepSeek-V3 / R1 config.json: hidden 7168, 256 routed experts of 2048, top 8, one shared expert, the
 # first 3 layers dense (first_k_dense_replace). Both checkpoints store the linear weights in fp8 (e4m3,
 # 128x128 blocks: quantization_config), which is what lets 671 B parameters fit on eight 141 GB GPUs.
@@ -113,16 +97,19 @@ _DEEPSEEK_V3 = ModelPreset(
     shared_experts=1,
     dense_layers=3,
     weights_dtype="fp8",
+    context_len=163840,  # max_position_embeddings
 )
+# context_len: each checkpoint's config.json max_position_embeddings (what SGLang derives the default
+# --max-running-requests from).
 for _m in (
-    ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03, hidden_size=4096),
-    ModelPreset("llama-3.1-70b", 80, 8, 128, 64, 70.6, 70.6, hidden_size=8192),
-    ModelPreset("llama-3.1-405b", 126, 8, 128, 128, 405.9, 405.9, hidden_size=16384),
-    ModelPreset("qwen2.5-7b", 28, 4, 128, 28, 7.6, 7.6, hidden_size=3584),
-    ModelPreset("qwen2.5-72b", 80, 8, 128, 64, 72.7, 72.7, hidden_size=8192),
-    ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2, hidden_size=4096),
-    ModelPreset("qwen3-14b", 40, 8, 128, 40, 14.8, 14.8, hidden_size=5120),
-    ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8, hidden_size=5120),
+    ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03, hidden_size=4096, context_len=131072),
+    ModelPreset("llama-3.1-70b", 80, 8, 128, 64, 70.6, 70.6, hidden_size=8192, context_len=131072),
+    ModelPreset("llama-3.1-405b", 126, 8, 128, 128, 405.9, 405.9, hidden_size=16384, context_len=131072),
+    ModelPreset("qwen2.5-7b", 28, 4, 128, 28, 7.6, 7.6, hidden_size=3584, context_len=32768),
+    ModelPreset("qwen2.5-72b", 80, 8, 128, 64, 72.7, 72.7, hidden_size=8192, context_len=32768),
+    ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2, hidden_size=4096, context_len=40960),
+    ModelPreset("qwen3-14b", 40, 8, 128, 40, 14.8, 14.8, hidden_size=5120, context_len=40960),
+    ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8, hidden_size=5120, context_len=40960),
     ModelPreset(
         "qwen3-30b-a3b",
         48,
@@ -135,6 +122,7 @@ for _m in (
         num_experts=128,
         experts_per_token=8,
         moe_intermediate_size=768,
+        context_len=40960,
     ),
     ModelPreset(
         "qwen3-235b-a22b",
@@ -148,6 +136,7 @@ for _m in (
         num_experts=128,
         experts_per_token=8,
         moe_intermediate_size=1536,
+        context_len=40960,
     ),
     ModelPreset(
         "glm-4.5",
@@ -163,12 +152,13 @@ for _m in (
         moe_intermediate_size=1536,
         shared_experts=1,
         dense_layers=3,
+        context_len=131072,
     ),
     _DEEPSEEK_V3,
     # DeepSeek-R1 is the V3 architecture and quantisation.
     replace(_DEEPSEEK_V3, name="deepseek-r1"),
 ):
-    MODELS.add(_m.name, replace(_m, context_len=_CONTEXT_LEN[_m.name]))
+    MODELS.add(_m.name, _m)
 
 
 @dataclass(frozen=True)
