@@ -1216,6 +1216,35 @@ FROM_SGLANG_CASES = [
         id="unmodelled-storage",
     ),
     pytest.param(
+        [*LAUNCH, "--enable-hierarchical-cache", "--hicache-storage-backend", "npu_memcache"],
+        ["--hicache-storage-backend npu_memcache", "not modelled", "file, sim, mooncake"],
+        id="unmodelled-storage-names-sim",
+    ),
+    pytest.param(
+        [
+            *LAUNCH,
+            "--enable-hierarchical-cache",
+            "--hicache-storage-backend",
+            "sim",
+            "--hicache-storage-backend-extra-config",
+            '{"sim_write_gbps": 0}',
+        ],
+        ["--hicache-storage-backend-extra-config", "sim_write_gbps 0", "rate <= 0 as infinite", "not modelled"],
+        id="sim-infinite-rate",
+    ),
+    pytest.param(
+        [
+            *LAUNCH,
+            "--enable-hierarchical-cache",
+            "--hicache-storage-backend",
+            "sim",
+            "--hicache-storage-backend-extra-config",
+            '{"sim_op_latency_us": "fast"}',
+        ],
+        ["--hicache-storage-backend-extra-config", "sim_op_latency_us", "expected a number"],
+        id="sim-latency-not-a-number",
+    ),
+    pytest.param(
         [
             *LAUNCH,
             "--enable-hierarchical-cache",

@@ -386,6 +386,12 @@ for _s in (
     # read, 6.6 GB/s write.
     StoragePreset("local_nvme", 7.0, 5.0, 80.0, 2000.0, sglang_backend="file", eviction="file", disk=True),
     StoragePreset("nvme_gen5", 13.0, 6.6, 80.0, 4000.0, sglang_backend="file", eviction="file", disk=True),
+    # sim: SGLang's own no-I/O backend (storage/sim_storage.py, SimHiCacheStorage), what it tests an L3
+    # with. Each rank keeps the page keys it wrote, no bound and nothing evicted (capacity 0: unbounded;
+    # "file" without a cap evicts nothing either), and sleeps op latency + bytes / rate per batch, a hit
+    # query too. Its figures are its extra-config keys' defaults: sim_write_gbps 5.0, sim_read_gbps the
+    # write rate, sim_op_latency_us 100 (per rank); from-sglang reads them from the extra config.
+    StoragePreset("sim", 5.0, 5.0, 100.0, 0.0, eviction="file"),
 ):
     STORAGE.add(_s.name, _s)
 # The name earlier scenarios used for hf3fs.

@@ -429,18 +429,70 @@ _EXTRA = {
     "prefetch_timeout_per_ki_token": ("cache.prefetch_timeout_per_ki_token_s", 0.25, float),
 }
 _EXTRA_FLAG = "--hicache-storage-backend-extra-config"
+# The keys SGLang's own ``sim`` backend (storage/sim_storage.py) takes its figures from: key -> (the
+# hardware.storage field it sets, the key whose value it defaults to; none: the sim preset's figure,
+# which is SGLang's default). A rate <= 0 is infinite in SGLang: not modelled, refused.
+_SIM_BACKEND = "sim"
+_SIM_EXTRA = {
+    "sim_write_gbps": ("write_gbps", None),
+    "sim_read_gbps": ("read_gbps", "sim_write_gbps"),
+    "sim_op_latency_us": ("latency_us", None),
+}
+
+
+def _sim_read(given: dict[str, Any]) -> dict[str, Any]:
+    """The sim backend's figures the extra config sets (with SGLang's defaults between its keys)."""
+    values: dict[str, float] = {}
+    for key, (_, fallback) in _SIM_EXTRA.items():
+        if key in given:
+            v = given[key]
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise SglangArgsError(f"{_EXTRA_FLAG}: {key}: expected a number, got {v!r}")
+            if key == "sim_op_latency_us" and v < 0:
+                raise SglangArgsError(f"{_EXTRA_FLAG}: {key}: expected a number >= 0, got {v!r}")
+            if key != "sim_op_latency_us" and v <= 0:
+                raise SglangArgsError(
+                    f"{_EXTRA_FLAG}: {key} {v}: SGLang's sim backend takes a rate <= 0 as infinite, which is "
+                    "not modelled; give a rate in GB/s"
+                )
+            values[key] = float(v)
+        elif fallback in values:
+            values[key] = values[fallback]
+    return {f"hardware.storage.{_SIM_EXTRA[k][0]}": v for k, v in values.items()}
+
+
+def _sim_write(ctx: WriteContext) -> dict[str, float]:
+    """The sim backend's extra-config keys where the scenario's figures differ from what SGLang would
+    run without them."""
+    if ctx.sc.cache.storage_backend == "none" or STORAGE.canonical(ctx.sc.cache.storage_backend) != _SIM_BACKEND:
+        return {}
+    preset, hs = STORAGE.get(_SIM_BACKEND), ctx.sc.hardware.storage
+    now = {
+        "sim_write_gbps": hs.write_gbps or preset.write_gbps,
+        "sim_read_gbps": hs.read_gbps or preset.read_gbps,
+        "sim_op_latency_us": hs.latency_us if hs.latency_us is not None else preset.latency_us,
+    }
+    if hs.capacity_gb:
+        ctx.notes.append(f"hardware.storage.capacity_gb={hs.capacity_gb}: SGLang's sim backend has no bound")
+    out = {}
+    for key, (field_name, fallback) in _SIM_EXTRA.items():
+        default = now[fallback] if fallback else getattr(preset, field_name)
+        if now[key] != default:
+            out[key] = now[key]
+    return out
 
 
 def _extra_read(ctx: ReadContext) -> dict[str, Any]:
     raw = ctx.args.get(_EXTRA_FLAG)
     given = _json(_EXTRA_FLAG, raw) if raw is not None else {}
-    out = {}
+    sim = ctx.args.get("--hicache-storage-backend") == _SIM_BACKEND
+    out = _sim_read(given) if sim else {}
     for key, (dotted, default, kind) in _EXTRA.items():
         v = given.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int | float) or (kind is int and not isinstance(v, int)):
             raise SglangArgsError(f"{_EXTRA_FLAG}: {key}: expected {'an integer' if kind is int else 'a number'}")
         out[dotted] = kind(v)
-    other = sorted(k for k in given if k not in _EXTRA)
+    other = sorted(k for k in given if k not in _EXTRA and not (sim and k in _SIM_EXTRA))
     if other:
         ctx.notes.append(f"{_EXTRA_FLAG}: not modelled: {', '.join(other)}")
     return out
@@ -454,6 +506,7 @@ def _extra_write(ctx: WriteContext) -> list[str]:
         "prefetch_timeout_per_ki_token": cfg.timeout_per_ki_token_s,
     }
     differ = {k: v for k, v in now.items() if v != _EXTRA[k][1]}
+    differ.update(_sim_write(ctx))
     if cfg.timeout_max_s is not None:
         ctx.notes.append(
             f"prefetch timeout cap {cfg.timeout_max_s} s (cache.semantics {ctx.sc.cache.semantics}): SGLang "
