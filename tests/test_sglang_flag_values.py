@@ -230,6 +230,19 @@ def test_a_renamed_flag_of_an_older_release_is_read_as_sglang_renamed_it(line, p
     assert not any(t in ("--cuda-graph-max-bs", "--enable-breakable-cuda-graph") for t in tokens)
 
 
+def test_a_flag_sglang_0_5_23_deprecates_is_read_with_its_replacement_named():
+    """``--enable-dp-attention`` and ``--disable-cuda-graph`` still work in 0.5.23, with a warning."""
+    conv = from_command(f"{LLAMA} --tp 8 --dp-size 8 --enable-dp-attention --disable-cuda-graph")
+    assert conv.data["scheduler"]["cuda_graph_backend_prefill"] == "disabled"
+    deprecated = sorted(n for n in conv.notes if "deprecated in sglang 0.5.23" in n)
+    assert deprecated == [
+        "--disable-cuda-graph: deprecated in sglang 0.5.23 (a warning at start-up); its replacement: "
+        "--cuda-graph-backend-{decode,prefill}=disabled",
+        "--enable-dp-attention: deprecated in sglang 0.5.23 (a warning at start-up); its replacement: "
+        "--attn-dp-size <dp-size>",
+    ]
+
+
 def test_the_cli_prints_the_rename_as_a_warning(tmp_path):
     res = invoke("from-sglang", "--out", tmp_path / "s.yaml", "--", *shlex.split(f"{LLAMA} --cuda-graph-max-bs 64"))
     assert res.exit_code == 0, res.output

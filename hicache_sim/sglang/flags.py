@@ -146,7 +146,12 @@ def read_flag(typed: str) -> Reading:
     current = flag_list()
     found = _matches(current, typed)
     if len(found) == 1:
-        return Reading(found[0], current.specs[found[0]])
+        spec = current.specs[found[0]]
+        note = None
+        if spec.new_flag:  # SGLang still takes it, with a warning at start-up
+            note = f"{typed}: deprecated in sglang {SGLANG_VERSION} (a warning at start-up); its replacement: "
+            note += spec.new_flag
+        return Reading(found[0], spec, note=note)
     had: dict[str, FlagSpec] = {}
     for version in older_versions():
         old = flag_list(version)
