@@ -374,6 +374,7 @@ EXPECTED_PRESET_MODEL = {
     "hf3fs": "lru",
     "mooncake": "mooncake",
     "nixl": "nixl",
+    "sim": "file",  # SGLang's sim backend: keys only, uncapped, nothing evicted
 }
 
 
