@@ -175,7 +175,7 @@ def test_no_repeats_no_noise_report():
 @pytest.mark.parametrize(
     "change,message",
     [
-        ({"duration_s": "abc"}, "row 3: duration_s: expected a number > 0"),
+        ({"duration_s": "abc"}, "row 3: duration_s: expected a finite number"),
         ({"bytes": -5}, "row 3: bytes: expected an integer >= 1"),
         ({"segments": 2.5}, "row 3: segments: expected an integer >= 1"),
         ({"direction": "sideways"}, "row 3: direction: expected one of d2h, h2d"),
@@ -250,3 +250,37 @@ def test_the_sweep_design_is_identifiable():
     """The check does not refuse what the microbenchmark sweep measures (three piece sizes)."""
     res = calibrate(validate_measurements(synthetic(KERNEL, repeats=1)), holdout=0)
     assert res.fits[0].params.bandwidth_Bps == pytest.approx(KERNEL.bandwidth_Bps, rel=1e-3)
+
+
+def test_a_timing_of_zero_or_less_is_dropped_counted_and_reported(tmp_path):
+    """A copy takes time: 0.0 s (a thread CPU clock that stood still) or a negative timing is the clock's
+    noise. It once refused the whole file; now the rows are dropped, counted and said, and the fit is the
+    one without them."""
+    from conftest import invoke
+
+    from hicache_sim.calibration.fit import error_table_markdown
+
+    df = synthetic(KERNEL, noise=0.02)
+    clean = validate_measurements(df)
+    noisy = df.copy()
+    noisy.loc[[4, 17], "duration_s"] = [0.0, -1e-6]
+    got = validate_measurements(noisy, "m.csv")
+    assert len(got) == len(df) - 2 and got.attrs["dropped_timings"] == 2
+    assert clean.attrs["dropped_timings"] == 0
+    res = calibrate(got)
+    assert res.overall["dropped_timings"] == 2 and "dropped_timings" not in calibrate(clean).overall
+    want = calibrate(validate_measurements(df.drop(index=[4, 17])))
+    assert res.calibration.groups == want.calibration.groups
+    assert "2 timings of 0 s or less dropped as clock noise" in error_table_markdown(res)
+    # through the CLI: exit 0, one note on stderr, the calibration written
+    noisy.to_csv(tmp_path / "m.csv", index=False)
+    r = invoke("calibrate", tmp_path / "m.csv", "--out", tmp_path / "c.yaml")
+    assert r.exit_code == 0, r.output
+    assert "note: 2 timings of 0 s or less dropped as clock noise" in r.output and (tmp_path / "c.yaml").is_file()
+
+
+def test_a_file_of_timings_all_zero_is_refused():
+    df = synthetic(KERNEL, repeats=1)
+    df["duration_s"] = 0.0
+    with pytest.raises(CalibrationError, match=r"m\.csv: duration_s: every timing is 0 s or less"):
+        validate_measurements(df, "m.csv")

@@ -100,15 +100,41 @@ def validate_measurements(df: pd.DataFrame, source: str = "measurements") -> pd.
     ):
         num = pd.to_numeric(out[col], errors="coerce")
         ok = num.notna() & np.isfinite(num.astype(float))
-        ok &= (num > 0) if not integer else (num >= low)
         if integer:
-            ok &= num.fillna(0.5) % 1 == 0
+            ok &= (num >= low) & (num.fillna(0.5) % 1 == 0)
         if not ok.all():
             i = int(np.flatnonzero(~ok.to_numpy())[0])
-            what = f"an integer >= {low}" if integer else "a number > 0 (seconds)"
+            what = f"an integer >= {low}" if integer else "a finite number (seconds)"
             raise CalibrationError(f"{source}: row {i + 1}: {col}: expected {what}, got {out[col].iloc[i]!r}")
         out[col] = num.astype("int64" if integer else "float64")
+    return _drop_clock_noise(out, source)
+
+
+def _drop_clock_noise(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """``df`` without its timings of 0 s or less, their count in ``attrs["dropped_timings"]``.
+
+    A copy takes time, so such a timing is the clock's, not the copy's: the CPU sweep times copies
+    with this thread's CPU time, which stands still while the kernel charges it time it did not run
+    (a virtual machine's stolen time is subtracted from the task clock, and a lump of it can cover a
+    microsecond copy whole). One such row once made the whole file, and a one-shot run's budget,
+    fail; now it is dropped and counted, and the report says so.
+    """
+    bad = df["duration_s"].to_numpy() <= 0
+    if bad.all():
+        raise CalibrationError(f"{source}: duration_s: every timing is 0 s or less; expected copies that took time")
+    out = df[~bad].reset_index(drop=True) if bad.any() else df
+    out.attrs["dropped_timings"] = int(bad.sum())
     return out
+
+
+def dropped_note(n: int) -> str:
+    """The report's line for ``n`` timings dropped as clock noise ('' when none)."""
+    if not n:
+        return ""
+    return (
+        f"{n} timing{'s' if n > 1 else ''} of 0 s or less dropped as clock noise (a copy takes time; the clock "
+        "did not advance across it)"
+    )
 
 
 # ------------------------------------------------------------------------------------- model
@@ -350,6 +376,7 @@ def calibrate(
     """
     if not 0 <= holdout < 1:
         raise CalibrationError(f"--holdout {holdout}: expected a share in [0, 1)")
+    dropped = int(df.attrs.get("dropped_timings", 0))
     df = aggregate_repeats(df) if aggregate else df.reset_index(drop=True)
     mask = holdout_mask(df, holdout, seed)
     rows = df.copy()
@@ -384,6 +411,8 @@ def calibrate(
         overall["median_ape_pct"], overall["p90_ape_pct"] = ape_stats(h["predicted_s"], h["duration_s"])
         overall["n_holdout"] = len(h)
     overall.update(noise_summary(rows))
+    if dropped:
+        overall["dropped_timings"] = dropped
     return CalibrationResult(cal, fits, rows, overall)
 
 
@@ -438,6 +467,8 @@ def error_table_markdown(result: CalibrationResult, title: str = "Link-model cal
         ]
     if "warning" in o:
         lines += ["", f"**Warning: {o['warning']}.**"]
+    if o.get("dropped_timings"):
+        lines += ["", f"{dropped_note(o['dropped_timings'])}."]
     lines += [
         "",
         "APE: |predicted - measured| / measured. A configuration is one transfer size (bytes, pieces, "

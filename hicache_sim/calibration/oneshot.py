@@ -220,7 +220,7 @@ def run_oneshot(
     import hicache_sim.replay as rp
 
     from ..scenario import load_scenario, resolve_builtin
-    from .fit import calibrate, error_table_markdown, read_measurements, scatter_figure
+    from .fit import calibrate, dropped_note, error_table_markdown, read_measurements, scatter_figure
     from .validate import simulate_log, validate_run, write_validation
 
     if budget_s <= 0:
@@ -289,6 +289,8 @@ def run_oneshot(
         return res
 
     res = stage("fit_s", fit)
+    if res.overall.get("dropped_timings"):
+        log(f"note: {dropped_note(res.overall['dropped_timings'])}")
     vsc = load_scenario(scenario, [f"hardware.calibration={folder / 'calibration.yaml'}"])
     vrun = simulate_log(vsc, base_dir=resolve_builtin(scenario, "scenarios").parent)
     v = stage(
@@ -334,6 +336,8 @@ def run_oneshot(
 
 def readme(s: dict) -> str:
     """The folder's README: what was measured, from ``summary.json``."""
+    from .fit import dropped_note
+
     cal, p = s["calibration"], s["plan"]
     lines = [
         f"# One-shot calibration: {s['device_name']}",
@@ -359,6 +363,8 @@ def readme(s: dict) -> str:
         )
     if "warning" in cal:
         lines.append(f"- Warning: {cal['warning']}")
+    if cal.get("dropped_timings"):
+        lines.append(f"- Sweep: {dropped_note(cal['dropped_timings'])}.")
     for row in s["validation"]:
         lines.append(
             f"- Validation ({row['direction']}, {row['transfers']} transfers of `{s['validation_scenario']}`): "

@@ -71,7 +71,14 @@ def calibrate_cmd(
         calibrate_from_log(measurements, scenario, out, holdout, seed)
         return
     from ..calibration.file import is_calibration_file
-    from ..calibration.fit import calibrate, error_table_markdown, per_piece_cost, read_measurements, scatter_figure
+    from ..calibration.fit import (
+        calibrate,
+        dropped_note,
+        error_table_markdown,
+        per_piece_cost,
+        read_measurements,
+        scatter_figure,
+    )
     from ..output.write import atomic_write, check_file_target
 
     with user_errors(str(measurements)):
@@ -123,6 +130,8 @@ def calibrate_cmd(
         )
     if "warning" in o:
         typer.echo(f"warning: {o['warning']}", err=True)
+    if o.get("dropped_timings"):
+        typer.echo(f"note: {dropped_note(o['dropped_timings'])}", err=True)
     for path in written:
         typer.echo(f"wrote {path}")
 
