@@ -85,7 +85,7 @@ def test_only_the_sharded_mooncake_store_collapses_as_published(rows):
     cid = "mooncake_ssd_offload_a100"
     held = {r.key: r for r in rows[cid] if r.metric == "hit_rate"}
     assert all(held[f"mooncake {k}"].within for k in (6, 7, 8))
-    # with SSD offload (a store that loses nothing) every history hits through round 7
+    # with SSD offload (the pool with its NVMe behind it) every history hits through round 7
     assert all(held[f"mooncake_ssd {k}"].within for k in range(8))
     for model in ("lru", "mooncake"):
         run = json.loads(json.dumps(CASES[cid]["runs"]["mooncake"]))
