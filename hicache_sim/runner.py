@@ -366,12 +366,17 @@ def _write_table(cols: Columns, path: Path) -> None:
     pq.write_table(cols.to_arrow(), path)
 
 
-def write_outputs(out: RunOutput, out_dir: str | Path, *, figures: bool = True) -> Path:
-    """Write the result folder atomically (built beside ``out_dir``, then swapped in). The caller checks
-    ``out_dir`` first with :func:`hicache_sim.output.write.check_target`."""
+def write_outputs(
+    out: RunOutput, out_dir: str | Path, *, figures: bool = True, extra: dict[str, str] | None = None
+) -> Path:
+    """Write the result folder atomically (built beside ``out_dir``, then swapped in), with ``extra``
+    files (name -> text: ``run --bench-json``'s). The caller checks ``out_dir`` first with
+    :func:`hicache_sim.output.write.check_target`."""
     out_dir = Path(out_dir)
     with staged_folder(out_dir, "run") as tmp:
         (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2) + "\n", encoding="utf-8")
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
         _write_table(out.request_columns, tmp / "requests.parquet")
         _write_table(out.timeseries_columns, tmp / "timeseries.parquet")
         if out.transfers is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import app
-from .common import output_errors, progress_bar, user_errors
+from .common import UserError, output_errors, progress_bar, user_errors
 
 DEFAULT_SCENARIO = "builtin:default"
 
@@ -103,6 +103,12 @@ def run(
         "each check walks the tree and the pages in use: about 15x the run time in instant mode, 30x in timed",
     ),
     no_figures: bool = typer.Option(False, "--no-figures", help="skip the PNG figures"),
+    bench_json: bool = typer.Option(
+        False,
+        "--bench-json",
+        help="timed runs: also write the figures as SGLang's benchmark writes them, bench_serving.jsonl "
+        "(--output-file keys) or, for a multiturn workload, bench_multiturn.jsonl (--log-file keys)",
+    ),
 ) -> None:
     """Run SCENARIO and write summary.json, requests.parquet, timeseries.parquet, figures and the
     resolved scenario into the result folder; a timed run with a store also says whether loading a prefix
@@ -117,6 +123,8 @@ def run(
     with contextlib.ExitStack() as held:
         with user_errors(scenario):
             sc = load_scenario(scenario, set_)
+            if bench_json and sc.mode != "timed":
+                raise UserError(f"--bench-json: needs mode: timed (a {sc.mode} run has no TTFT or throughput)")
             r = resolve(sc, strict=check_invariants)
             base = resolve_builtin(scenario, "scenarios").parent
             folder = check_target(out or Path("results") / sc.name, "run")
@@ -133,8 +141,13 @@ def run(
                     workload=wl,
                     resolved=r,
                 )
+        extra = None
+        if bench_json:
+            from ..output.benchjson import bench_files
+
+            extra = bench_files(sc, result.request_columns, wl.warmup_requests)
         with output_errors(out or folder):
-            write_outputs(result, folder, figures=not no_figures)
+            write_outputs(result, folder, figures=not no_figures, extra=extra)
     partial = rejected_warning(result.summary, result.request_columns)
     if partial:
         typer.echo(f"warning: {partial}", err=True)
