@@ -1522,3 +1522,36 @@ def test_bad_config_of_a_local_model_path(tmp_path):
     launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tmp_path / "m")]
     assert_user_error(invoke("from-sglang", "--out", out, "--", *launch), "config.json", "missing")
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- node pre-flight (issue 29 item 4)
+
+NODE_CASES = [
+    pytest.param({**TINY, "hardware": {"tp": 2, "nnodes": 3}}, ["hardware.nnodes", "does not divide"], id="nnodes"),
+    pytest.param({**TINY, "hardware": {"dp": 0}}, ["hardware.dp", "greater than 0"], id="dp-zero"),
+    pytest.param(
+        {**TINY, "model": {"preset": "llama-3.1-8b", "index_head_dim": -1}},
+        ["model.index_head_dim", "greater than or equal to 0"],
+        id="indexer-width",
+    ),
+]
+
+
+@pytest.mark.parametrize(("content", "fragments"), NODE_CASES)
+@pytest.mark.parametrize("verb", ["run", "validate"])
+def test_bad_node_fields(tmp_path, verb, content, fragments):
+    sc = write_scenario(tmp_path, content)
+    before = snapshot(tmp_path)
+    extra = ["--out", tmp_path / "out"] if verb == "run" else []
+    assert_user_error(invoke(verb, sc, *extra), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("value", ["0", "-8", "inf", "nan"])
+def test_bad_node_memory_option(tmp_path, value):
+    sc = write_scenario(tmp_path, TINY)
+    assert_user_error(invoke("validate", sc, "--node-memory", value), "--node-memory", "expected GiB > 0")
+    before = snapshot(tmp_path)
+    out = tmp_path / "s.yaml"
+    assert_user_error(invoke("from-sglang", "--out", out, "--node-memory", value, "--", *LAUNCH), "--node-memory")
+    assert snapshot(tmp_path) == before

@@ -61,6 +61,13 @@ def from_sglang(
     ),
     name: str = typer.Option("from_sglang", "--name", metavar="NAME", help="scenario name"),
     mode: str = typer.Option("timed", "--mode", metavar="MODE", help="timed or instant"),
+    node_memory: float | None = typer.Option(
+        None,
+        "--node-memory",
+        metavar="GIB",
+        help="host memory of one node available to SGLang, GiB (hardware.host_memory_gib): the host pools "
+        "of every rank on the node are checked against it",
+    ),
 ) -> None:
     """Write the scenario an SGLang launch command runs: HiCache flags, page size, chunked prefill,
     batch limits, memory fraction, tp/pp, eviction and schedule policies, and the model. Flags SGLang
@@ -73,7 +80,9 @@ def from_sglang(
             raise UserError(f"--mode {mode}: expected timed or instant")
         if out is not None:
             _check_out(out)
-        conv = from_command(command, gpu=gpu, preset=preset, name=name, mode=mode)
+        if node_memory is not None and not 0 < node_memory < float("inf"):
+            raise UserError(f"--node-memory: expected GiB > 0, got {node_memory:g}")
+        conv = from_command(command, gpu=gpu, preset=preset, name=name, mode=mode, node_memory_gib=node_memory)
         text = scenario_yaml(conv, command)
     for note in conv.notes:
         typer.echo(f"warning: {note}", err=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..hardware.presets import GPUS
 from ..scenario import Scenario, build_scenario, resolve
+from ..scenario.preflight import node_check
 from ..scenario.schema import AUTO
 from .flags import SGLANG_VERSION, SglangArgsError, parse_command, split_command
 from .table import ROWS, ReadContext, Row, WriteContext
@@ -63,9 +64,11 @@ def from_command(
     preset: str | None = None,
     name: str = "from_sglang",
     mode: str = "timed",
+    node_memory_gib: float | None = None,
 ) -> Conversion:
     """Read a launch command into a scenario. Flags SGLang does not know raise SglangArgsError; flags it
-    knows that the simulator does not model are listed in ``unmodelled``."""
+    knows that the simulator does not model are listed in ``unmodelled``. ``node_memory_gib``: the host
+    memory of one node (``hardware.host_memory_gib``), which the node's host pools are checked against."""
     if gpu not in GPUS:
         raise SglangArgsError(f"--gpu {gpu}: unknown GPU preset; known: {', '.join(GPUS.names())}")
     parsed = parse_command(argv)
@@ -74,7 +77,7 @@ def from_command(
         "name": name,
         "description": f"From an SGLang {SGLANG_VERSION} launch command (hicache-sim from-sglang)",
         "mode": mode,
-        "hardware": {"gpu": gpu},
+        "hardware": {"gpu": gpu} | ({} if node_memory_gib is None else {"host_memory_gib": node_memory_gib}),
     }
     claimed: set[str] = set()
     ignored: list[str] = []
@@ -91,7 +94,8 @@ def from_command(
         ctx.notes.append(f"{', '.join(sorted(set(ignored)))}: no effect without {need} (not read)")
     sc = build_scenario(data, "from-sglang")
     r = resolve(sc)
-    ctx.notes += r.warnings
+    node = node_check(r)  # the node's host memory: its verdict when the node's memory is given
+    ctx.notes += [*r.warnings, *(node.lines() if node.node_bytes is not None else []), *node.warnings()]
     if r.cache.storage and r.cache.timeout_max_s is not None:
         ctx.notes.append(
             f"SGLang {SGLANG_VERSION} caps no storage prefetch timeout; the scenario keeps cache.semantics "

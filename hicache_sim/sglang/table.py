@@ -35,7 +35,7 @@ from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
 from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
-from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, MODELS, STORAGE
+from ..hardware.presets import HOST_LAYOUTS, IO_BACKENDS, MODELS, STORAGE
 from ..scenario.schema import AUTO
 from .flags import SglangArgsError, known_flags
 from .models import hf_id, local_config, model_path_of, preset_for
@@ -558,6 +558,28 @@ def _prefill_graph_read(ctx: ReadContext) -> dict[str, Any]:
     return {}
 
 
+# Data-parallel replicas: plain --dp-size starts that many tp x pp groups, each with its own host pools
+# (the node memory check counts them). The deprecated --enable-dp-attention without --attn-dp-size turns
+# --dp-size into attention-DP groups within the tp ranks (sglang 0.5.23 handle_deprecated_dp_attention).
+_DP_ATTENTION = "--enable-dp-attention"
+
+
+def _dp_read(ctx: ReadContext) -> dict[str, Any]:
+    raw = ctx.args.get("--dp-size")
+    if raw is None:
+        return {}
+    dp = _positive("--dp-size", raw)
+    if ctx.args.get(_DP_ATTENTION) is True and ctx.args.get("--attn-dp-size") in (None, "1"):
+        ctx.notes.append(f"--dp-size {dp} with {_DP_ATTENTION}: the dp ranks are the tp ranks (no extra host pools)")
+        return {}
+    return {"hardware.dp": dp}
+
+
+def _dp_write(ctx: WriteContext) -> list[str]:
+    dp = ctx.get("hardware.dp")
+    return [] if dp == 1 else ["--dp-size", str(dp)]
+
+
 def _refuse(flag: str, why: str) -> Row:
     def read(ctx: ReadContext) -> dict[str, Any]:
         if ctx.args.get(flag) is not None:
@@ -585,6 +607,8 @@ ROWS: tuple[Row, ...] = (
     ),
     field_row("--tp-size", "hardware.tp", _int, default=1),
     field_row("--pp-size", "hardware.pp", _int, default=1),
+    Row(("--dp-size",), _dp_read, _dp_write),
+    field_row("--nnodes", "hardware.nnodes", _positive, default=1),
     Row((_NO_CUSTOM_AR,), _custom_ar_read, _custom_ar_write, fields=("hardware.custom_allreduce_max_mib",)),
     field_row("--mem-fraction-static", "hardware.mem_fraction_static", _float, default=None),
     field_row("--cuda-graph-max-bs-decode", "hardware.cuda_graph_max_bs", _int, default=None),
@@ -644,7 +668,7 @@ ROWS: tuple[Row, ...] = (
     field_row(
         "--hicache-mem-layout",
         "cache.mem_layout",
-        _choice(modelled("--hicache-mem-layout", MEM_LAYOUTS)),
+        _choice(modelled("--hicache-mem-layout", HOST_LAYOUTS.names())),
         default="page_first",
         needs="hicache",
     ),
