@@ -251,6 +251,16 @@ SCENARIO_CASES = [
         ["eviction_policy_config.threshold", "non-negative integer", "-1"],
         id="tlru-negative-threshold",
     ),
+    pytest.param(
+        with_("cache", mem_layout="page_head", io_backend="direct"),
+        ["cache.io_backend", "direct cannot copy the page_head host layout", "use kernel"],
+        id="page-head-with-direct-io",
+    ),
+    pytest.param(
+        with_("cache", mem_layout="page_first_kv_split"),
+        ["cache.mem_layout", "page_first_kv_split", "kernel_ascend"],
+        id="ascend-only-layout",
+    ),
     # storage eviction models (core/stores.py): the name, a knob the model does not read, knob ranges
     pytest.param(
         {**with_("cache", storage_backend="file"), "hardware": {"storage": {"eviction": "fifo"}}},
@@ -1243,6 +1253,11 @@ FROM_SGLANG_CASES = [
         ],
         ["--hicache-storage-backend-extra-config", "sim_op_latency_us", "expected a number"],
         id="sim-latency-not-a-number",
+    ),
+    pytest.param(
+        [*LAUNCH, "--enable-hierarchical-cache", "--hicache-mem-layout", "page_head", "--hicache-io-backend", "direct"],
+        ["cache.io_backend", "direct cannot copy the page_head host layout"],
+        id="page-head-with-direct-io",
     ),
     pytest.param(
         [

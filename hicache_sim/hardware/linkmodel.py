@@ -49,13 +49,23 @@ class LinkParams:
         return asdict(self)
 
 
-def segments_for(pages: int, layout: str, num_layers: int, kv_factor: int, *, layers: int | None = None) -> int:
+def segments_for(
+    pages: int,
+    layout: str,
+    num_layers: int,
+    kv_factor: int,
+    *,
+    layers: int | None = None,
+    page_size: int = 1,
+    heads: int = 1,
+) -> int:
     """Contiguous pieces a transfer of ``pages`` pages moves, for ``layers`` layers (default all).
 
-    layer_first and page_first move one piece per page, layer and K/V (device pools are layer-first);
-    page_first_direct moves one per page and layer (K and V of a layer's page chunk together).
+    Per page and layer, as the host layout has them (``presets.HOST_LAYOUTS``): layer_first and
+    page_first one piece per K and V (device pools are layer-first); page_first_direct one (K and V of
+    a layer's page chunk together); page_head one per token, KV head (``heads`` per rank) and K / V.
     """
+    from .presets import HOST_LAYOUTS
+
     n_layers = num_layers if layers is None else layers
-    if layout == "page_first_direct":
-        return pages * n_layers
-    return pages * n_layers * kv_factor
+    return pages * n_layers * HOST_LAYOUTS.get(layout).pieces(kv_factor, page_size, heads)

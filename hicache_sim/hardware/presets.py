@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ..core.errors import ConfigError
 from ..core.registry import Registry
 from ..core.stores import STORE_MODELS
 from .linkmodel import LinkParams
 
 IO_BACKENDS = ("kernel", "direct")
+#: The host layouts the replay harness performs and calibration measures (``HOST_LAYOUTS`` below has
+#: every layout the transfer model knows).
 MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
@@ -240,8 +243,50 @@ class CopyCurve:
         )
 
 
+@dataclass(frozen=True)
+class HostLayout:
+    """A host KV pool layout (``--hicache-mem-layout``) as SGLang 0.5.23 builds and copies it
+    (mem_cache/pool_host/mha.py and mla.py, and the sgl-kernel kvcacheio kernels they call): the io
+    backends that copy it (after SGLang's rewrites, ``effective_io``), the attention kinds whose host
+    pool has it, and ``pieces(kv_factor, page_size, heads)``: the contiguous pieces one page of one
+    layer moves in either direction (``heads``: KV heads per rank). ``refused``: why the simulator does
+    not run it (empty: it does)."""
+
+    name: str
+    io_backends: tuple[str, ...]
+    attention: tuple[str, ...]
+    pieces: Callable[[int, int, int], int]
+    refused: str = ""
+
+
+HOST_LAYOUTS: Registry[HostLayout] = Registry("host memory layout", "cache.mem_layout")
+for _lay in (
+    # [kv, layer, token, head, dim]: a page of one layer is one run per K and V (both backends).
+    HostLayout("layer_first", ("kernel", "direct"), ("mha", "mla"), lambda kv, page, heads: kv),
+    # [kv, token, layer, head, dim]: the kernel moves each layer's rows of a page, K and V apart.
+    HostLayout("page_first", ("kernel",), ("mha", "mla"), lambda kv, page, heads: kv),
+    # [kv, page, layer, token, head, dim]: one cudaMemcpy per page and layer (K and V of it together).
+    HostLayout("page_first_direct", ("direct",), ("mha", "mla"), lambda kv, page, heads: 1),
+    # [kv, page, head, token, layer, dim]: the page-head kernels (transfer_kv_per_layer_ph_lf on load,
+    # transfer_kv_all_layer_lf_ph on backup) copy one head of one token of one layer at a time, K and
+    # V apart: head_dim x itemsize bytes each. MHA host pools only; the direct backend raises on it.
+    HostLayout("page_head", ("kernel",), ("mha",), lambda kv, page, heads: kv * page * heads),
+    # The MLA pool's split K (latent) / V (rope) buffers for Ascend: only the kernel_ascend io backend
+    # copies them (kernel and direct raise at the first transfer), and MHA pools do not build it.
+    HostLayout(
+        "page_first_kv_split",
+        ("kernel_ascend",),
+        ("mla",),
+        lambda kv, page, heads: 1,
+        refused="SGLang 0.5.23 copies it only with --hicache-io-backend kernel_ascend (Ascend NPUs, MLA "
+        "models); the simulator models the kernel and direct io backends",
+    ),
+):
+    HOST_LAYOUTS.add(_lay.name, _lay)
+
+
 def _same_for_layouts(h: float) -> tuple[tuple[str, float], ...]:
-    return tuple((lay, h) for lay in MEM_LAYOUTS)
+    return tuple((lay, h) for lay in HOST_LAYOUTS.names())
 
 
 @dataclass(frozen=True)
@@ -256,12 +301,24 @@ class LinkPreset:
         return self.kernel if io_backend == "kernel" else self.direct
 
 
-def effective_io(io_backend: str, layout: str, storage: str = "", era: str = "2026") -> tuple[str, str, str]:
+def effective_io(
+    io_backend: str, layout: str, storage: str = "", era: str = "2026", *, attention: str = "mha"
+) -> tuple[str, str, str]:
     """(io backend, host layout, note) after SGLang's compatibility rewrites: the kernel backend cannot
     drive page_first_direct (SGLang switches to direct), direct copies of page_first run as
     page_first_direct, and a Mooncake store needs page objects (``STORAGE_LAYOUT_RULES``).
-    ``storage`` is SGLang's ``--hicache-storage-backend`` name, ``era`` the cache semantics. ``note``
-    is SGLang's warning, or empty."""
+    ``storage`` is SGLang's ``--hicache-storage-backend`` name, ``era`` the cache semantics,
+    ``attention`` the model's (mha or mla). ``note`` is SGLang's warning, or empty. A layout SGLang
+    cannot build or copy as asked (``HOST_LAYOUTS``) raises ConfigError saying why."""
+    lay = HOST_LAYOUTS.get(layout)
+    if lay.refused:
+        raise ConfigError("cache.mem_layout", f"{layout}: {lay.refused}")
+    if attention not in lay.attention:
+        raise ConfigError(
+            "cache.mem_layout",
+            f"{layout}: SGLang 0.5.23 builds it only for {' and '.join(lay.attention).upper()} host pools "
+            f"(this model's attention is {attention.upper()})",
+        )
     notes = []
     if layout == "page_first_direct" and io_backend == "kernel":
         io_backend = "direct"
@@ -275,6 +332,12 @@ def effective_io(io_backend: str, layout: str, storage: str = "", era: str = "20
         if (new_io, new_layout) != (io_backend, layout):
             notes.append(f"{storage} storage backend: SGLang uses {new_io} io with {new_layout} host layout")
             io_backend, layout = new_io, new_layout
+    if io_backend not in HOST_LAYOUTS.get(layout).io_backends:
+        raise ConfigError(
+            "cache.io_backend",
+            f"{io_backend} cannot copy the {layout} host layout in SGLang 0.5.23 (it raises at the first "
+            f"transfer; no rewrite): use {' or '.join(HOST_LAYOUTS.get(layout).io_backends)}",
+        )
     return io_backend, layout, "; ".join(notes)
 
 
@@ -306,7 +369,9 @@ STORAGE_LAYOUT_RULES: dict[tuple[str, str], Callable[[str, str], tuple[str, str]
 # (layer_first host) and 1047 B (page_first host), solved from 8192 items of 656 B moving at 28.4 and
 # 19.6 GB/s on H20 (sgl-project/sglang#37231) with 10 us per launch; 10 us per launch from fitting
 # sgl-project/sglang#40278's per-layer loads (8 launches of 2048..32768 tokens: ~9 us each).
-_KERNEL_HALF = (("layer_first", 499.0), ("page_first", 1047.0), ("page_first_direct", 1047.0))
+# page_head: the page-head kernel copies each item (one head of one token and layer) with the same
+# one-warp copy as the page_first kernel's items, so it takes page_first's curve at its smaller piece.
+_KERNEL_HALF = (("layer_first", 499.0), ("page_first", 1047.0), ("page_first_direct", 1047.0), ("page_head", 1047.0))
 # Direct backend (one cudaMemcpyAsync per contiguous piece): ~50 GB/s one direction with large
 # pieces on Gen5 (vLLM blog, H100); 5 us per piece, the low end of the 5-7 us per cudaMemcpyAsync
 # call measured for small copies (DualPath, arXiv 2602.21548, section 5.2); no efficiency term (the

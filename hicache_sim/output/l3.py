@@ -113,7 +113,9 @@ class LoadCosts:
         self.layers = self.compute.num_layers
         self.pp = getattr(self.compute, "pp", 1)
         self.chunk = r.chunked_prefill_size
-        self._segments = lambda pages: segments_for(pages, r.mem_layout, r.stage_layers, r.kv_factor)
+        self._segments = lambda pages: segments_for(
+            pages, r.mem_layout, r.stage_layers, r.kv_factor, page_size=r.cache.page_size, heads=r.kv_heads_per_rank
+        )
         sem = r.cache.resolved_semantics
         self._timeout = lambda tokens: prefetch_timeout_s(
             tokens, sem.prefetch_timeout_base_s, sem.prefetch_timeout_per_ki_token_s, sem.prefetch_timeout_max_s

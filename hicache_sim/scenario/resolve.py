@@ -84,6 +84,13 @@ class Resolved:
         return kv_tensors(self.model)
 
     @property
+    def kv_heads_per_rank(self) -> int:
+        """KV heads one rank's pool holds (MLA: its one latent), what a page_head copy moves apart."""
+        if self.model.attention == "mla":
+            return 1
+        return max(1, self.model.num_kv_heads // self.scenario.hardware.tp)
+
+    @property
     def request_overhead_s(self) -> float:
         return self.compute_knobs.get("request_overhead_us", self.scenario.hardware.request_overhead_us) * 1e-6
 
@@ -332,7 +339,9 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     cache = _cache_config(sc.cache, policy, device_tokens, host_tokens, storage, bpt, strict)
     cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
     store = STORAGE.get(sc.cache.storage_backend).sglang_backend if sc.cache.storage_backend != "none" else ""
-    io, layout, note = effective_io(sc.cache.io_backend, sc.cache.mem_layout, store, sc.cache.semantics)
+    io, layout, note = effective_io(
+        sc.cache.io_backend, sc.cache.mem_layout, store, sc.cache.semantics, attention=model.attention
+    )
     if note:
         warnings.append(note)
     timed_links = cal is not None and sc.mode == "timed"  # instant mode moves no bytes over a link

@@ -434,8 +434,8 @@ class CacheSpec(_Strict):
     )
     eviction_granularity: Literal["node", "page"] = Field("node", description="whole leaf nodes or exact pages")
     io_backend: Literal["kernel", "direct"] = Field("kernel", description="host<->device copy backend")
-    mem_layout: Literal["layer_first", "page_first", "page_first_direct"] = Field(
-        "page_first", description="host KV layout"
+    mem_layout: Literal["layer_first", "page_first", "page_first_direct", "page_head", "page_first_kv_split"] = Field(
+        "page_first", description="host KV layout (page_head: MHA, kernel io; page_first_kv_split: Ascend only)"
     )
     storage_backend: str = Field("none", description="none or a storage preset")
     prefetch_policy: str = Field("timeout", description="best_effort | wait_complete | timeout")

@@ -35,7 +35,7 @@ from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
 from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
-from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, MODELS, STORAGE
+from ..hardware.presets import HOST_LAYOUTS, IO_BACKENDS, MODELS, STORAGE
 from ..scenario.schema import AUTO
 from .flags import SglangArgsError, known_flags
 from .models import hf_id, local_config, model_path_of, preset_for
@@ -668,7 +668,7 @@ ROWS: tuple[Row, ...] = (
     field_row(
         "--hicache-mem-layout",
         "cache.mem_layout",
-        _choice(modelled("--hicache-mem-layout", MEM_LAYOUTS)),
+        _choice(modelled("--hicache-mem-layout", HOST_LAYOUTS.names())),
         default="page_first",
         needs="hicache",
     ),

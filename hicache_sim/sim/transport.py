@@ -45,9 +45,19 @@ class KVLayout:
     mem_layout: str
     num_layers: int
     kv_factor: int
+    page_size: int = 1  # tokens a page, and KV heads a rank: what a page_head copy moves apart
+    heads: int = 1
 
     def segments(self, pages: int, layers: int | None = None) -> int:
-        return segments_for(pages, self.mem_layout, self.num_layers, self.kv_factor, layers=layers)
+        return segments_for(
+            pages,
+            self.mem_layout,
+            self.num_layers,
+            self.kv_factor,
+            layers=layers,
+            page_size=self.page_size,
+            heads=self.heads,
+        )
 
 
 @dataclass(eq=False)

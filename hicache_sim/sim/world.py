@@ -98,7 +98,13 @@ class World:
         self.log = TransferLog(keep=keep_transfers)
         self.request_overhead_s = resolved.request_overhead_s
         # One rank's links and KV: the layers of one pipeline stage (all stages move their share at once).
-        layout = KVLayout(resolved.mem_layout, resolved.stage_layers, resolved.kv_factor)
+        layout = KVLayout(
+            resolved.mem_layout,
+            resolved.stage_layers,
+            resolved.kv_factor,
+            resolved.cache.page_size,
+            resolved.kv_heads_per_rank,
+        )
         self.transport = Transport(
             env,
             cache,
