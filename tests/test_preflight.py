@@ -228,3 +228,15 @@ def test_every_side_pool_is_covered():
     r = resolved(GLM5, {"gpu": "b200", "tp": 4}, {"page_size": 64, "host_tokens": 64_000, "device_tokens": 10**6})
     for name, expected in EXPECTED_SIDE_POOL_BYTES.items():
         assert SIDE_POOLS.get(name).bytes_per_rank(r, r.host_tokens) == expected
+
+
+def test_new_fields_at_their_defaults_leave_the_written_scenario_as_it_was():
+    """hardware.dp / nnodes at 1 and model.index_head_dim unset are not written beside results, so a
+    committed result's scenario.yaml made before them is what a rerun writes; set, they are written."""
+    from hicache_sim.scenario import scenario_dump
+
+    plain = scenario_dump(build_scenario({"name": "x", "model": "llama-3.1-8b"}, "x"))
+    assert not {"dp", "nnodes"} & set(plain["hardware"]) and "index_head_dim" not in plain["model"]
+    data = {"name": "x", "model": {"preset": "llama-3.1-8b", "index_head_dim": 128}, "hardware": {"dp": 2, "tp": 2}}
+    given = scenario_dump(build_scenario({**data, "hardware": {**data["hardware"], "nnodes": 2}}, "x"))
+    assert (given["hardware"]["dp"], given["hardware"]["nnodes"], given["model"]["index_head_dim"]) == (2, 2, 128)

@@ -105,6 +105,14 @@ class ModelSpec(_Strict):
             model_from_config(config_path(v))
         return v
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        """Written beside results without ``index_head_dim`` when unset (those files stay as they were)."""
+        out = handler(self)
+        if self.index_head_dim is None:
+            out.pop("index_head_dim", None)
+        return out
+
     @model_validator(mode="after")
     def _one_base(self) -> ModelSpec:
         if self.preset is not None and self.config is not None:
@@ -386,6 +394,15 @@ class HardwareSpec(_Strict):
     @classmethod
     def _gpu_known(cls, v: str) -> str:
         return _in_registry(GPUS, v)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        """Written beside results without ``dp`` / ``nnodes`` at 1 (those files stay as they were)."""
+        out = handler(self)
+        for key in ("dp", "nnodes"):
+            if out.get(key) == 1:
+                out.pop(key)
+        return out
 
     @model_validator(mode="after")
     def _one_efficiency_form(self) -> HardwareSpec:
