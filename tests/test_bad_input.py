@@ -1570,3 +1570,101 @@ def test_bad_node_memory_option(tmp_path, value):
     out = tmp_path / "s.yaml"
     assert_user_error(invoke("from-sglang", "--out", out, "--node-memory", value, "--", *LAUNCH), "--node-memory")
     assert snapshot(tmp_path) == before
+
+
+# ----------------------------------------------------- bench_serving's mooncake dataset (issue 29 item 8)
+
+MOONCAKE_LINE = b'{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}\n'
+
+
+def _mooncake(dataset_path: str | None = "trace.jsonl", **fields) -> dict:
+    spec = {"dataset_name": "mooncake", **fields}
+    if dataset_path is not None:
+        spec["dataset_path"] = dataset_path
+    return {**TINY, "workload": {"kind": "bench_serving", "bench_serving": spec}}
+
+
+MOONCAKE_CASES = [
+    pytest.param(
+        {**TINY, "workload": {"kind": "bench_serving", "bench_serving": {"mooncake_num_rounds": 2}}},
+        MOONCAKE_LINE,
+        ["workload.bench_serving", "mooncake_num_rounds: only read with dataset_name: mooncake"],
+        id="mooncake-option-with-random",
+    ),
+    pytest.param(
+        _mooncake(earlier_runs=[{"random_input_len": 100, "num_prompts": 2}]),
+        MOONCAKE_LINE,
+        ["earlier_runs: only with dataset_name: random"],
+        id="mooncake-earlier-runs",
+    ),
+    pytest.param(
+        _mooncake(mooncake_slowdown_factor=0),
+        MOONCAKE_LINE,
+        ["mooncake_slowdown_factor", "greater than 0"],
+        id="slowdown-0",
+    ),
+    pytest.param(
+        _mooncake(mooncake_workload="bogus"),
+        MOONCAKE_LINE,
+        ["mooncake_workload", "'conversation'"],
+        id="unknown-workload",
+    ),
+    pytest.param(
+        _mooncake(None, mooncake_workload="toolagent"),
+        MOONCAKE_LINE,
+        ["mooncake_workload toolagent", "does not ship", "dataset_path"],
+        id="toolagent-not-shipped",
+    ),
+    pytest.param(_mooncake("nope.jsonl"), MOONCAKE_LINE, ["nope.jsonl", "cannot read the trace"], id="no-such-trace"),
+    pytest.param(_mooncake(), b"", ["trace.jsonl", "no requests"], id="mooncake-empty-trace"),
+    pytest.param(
+        _mooncake(), MOONCAKE_LINE + b"{not json\n", ["trace.jsonl:2", "not a JSON object"], id="mooncake-bad-json"
+    ),
+    pytest.param(_mooncake(), MOONCAKE_LINE + b"\xff\xfe\n", ["trace.jsonl:2", "not UTF-8"], id="mooncake-non-utf8"),
+    pytest.param(
+        _mooncake(),
+        b'{"timestamp": "soon", "hash_ids": [1]}\n',
+        ["trace.jsonl:1", "timestamp", "number of milliseconds", "'soon'"],
+        id="mooncake-timestamp-text",
+    ),
+    pytest.param(
+        _mooncake(),
+        b'{"timestamp": 0, "hash_ids": [1, -2]}\n',
+        ["trace.jsonl:1", "hash_ids", "non-negative integers"],
+        id="mooncake-negative-hash-id",
+    ),
+    pytest.param(
+        _mooncake(),
+        b'{"timestamp": 0, "hash_ids": [1], "output_length": -1}\n',
+        ["trace.jsonl:1", "output_length", "non-negative integer"],
+        id="mooncake-negative-output",
+    ),
+    pytest.param(
+        _mooncake(),
+        b'{"timestamp": 0, "hash_ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        ["trace.jsonl:1", "nested too deep"],
+        id="mooncake-deeply-nested",
+    ),
+    pytest.param(
+        _mooncake(tokenizer="tok.json"),
+        MOONCAKE_LINE,
+        ["tok.json", "workload.bench_serving.tokenizer", "no such file or folder"],
+        id="no-tokenizer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("content", "trace", "fragments"), MOONCAKE_CASES)
+def test_bad_mooncake_dataset(tmp_path, content, trace, fragments):
+    (tmp_path / "trace.jsonl").write_bytes(trace)
+    sc = write_scenario(tmp_path, content)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+def test_bench_json_needs_a_timed_run(tmp_path):
+    sc = write_scenario(tmp_path, TINY)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out", "--bench-json"), "--bench-json", "mode: timed")
+    assert snapshot(tmp_path) == before

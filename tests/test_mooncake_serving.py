@@ -27,7 +27,6 @@ from conftest import assert_user_error, invoke
 
 from hicache_sim.scenario import build_scenario
 from hicache_sim.workloads.build import build_workload
-from hicache_sim.workloads.mooncake_serving import user_text, word_tokenizer
 
 # File order: line 1 is the latest but the warm-up's record; lines 2 and 3 share a timestamp.
 TRACE = [
@@ -68,6 +67,8 @@ def by_rid(wl) -> dict:
 
 
 def test_prompt_text_is_built_from_the_hash_ids_as_bench_serving_builds_it():
+    from hicache_sim.workloads.mooncake_serving import user_text, word_tokenizer
+
     assert user_text((7, 1234), 3, "S.") == "7hi hi hi1234hi hi hiS."
     encode = word_tokenizer()
     assert len(encode("Round 1: 7hi hi")) == 8  # Round, space, 1, colon, space, 7, hi, " hi"
@@ -171,3 +172,17 @@ def test_not_shipped_trace_needs_a_dataset_path(tmp_path):
     res = invoke("run", path, "--out", tmp_path / "out")
     assert_user_error(res, "mooncake_workload toolagent", "dataset_path")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_local_tokenizer_counts_the_tokens(tmp_path):
+    """A tokenizer.json given as ``tokenizer`` counts the same text: a word-level one splitting at spaces
+    and punctuation (``\\w+|[^\\w\\s]+``). By hand for ids [5, 6]: ``<|``, ``im_start``, ``|>``, ``user``
+    (4); ``Round``, ``1``, ``:`` (3); the 2 x 128 ``hi`` with digits and the suffix's first word glued to
+    them, the two blocks sharing one word at their seam (255); ``me a story based on this context .``
+    (8); ``<|``, ``im_end``, ``|>`` (3); the generation prompt (4): 277."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0, "hi": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    data = scenario(trace_file(tmp_path), tokenizer=str(tmp_path / "tokenizer.json"), warmup_requests=0)
+    assert by_rid(workload(data))["s2r1"].input_tokens == 277

@@ -99,8 +99,12 @@ def read_records(path: Path, limit: int) -> list[Record]:
     """The first ``limit`` non-blank lines of a Mooncake trace, in file order, each checked."""
     out: list[Record] = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for i, text in enumerate(f, 1):
+        with open(path, "rb") as f:  # decoded line by line: an error names its line
+            for i, raw in enumerate(f, 1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise WorkloadError(str(path), i, "not UTF-8 text; expected a Mooncake JSONL trace") from None
                 if not text.strip():
                     continue
                 out.append(_record(path, i, text))
@@ -109,8 +113,6 @@ def read_records(path: Path, limit: int) -> list[Record]:
     except OSError as e:
         reason = (e.strerror or type(e).__name__).lower()
         raise WorkloadError(str(path), None, f"cannot read the trace ({reason})") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(str(path), len(out) + 1, "not UTF-8 text; expected a Mooncake JSONL trace") from None
     if not out:
         raise WorkloadError(str(path), None, "trace has no requests")
     return out
@@ -124,6 +126,8 @@ def _record(path: Path, line: int, text: str) -> Record:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise bad(f"not a JSON object ({e.msg})") from None
+    except RecursionError:
+        raise bad("JSON nested too deep; expected a flat object with timestamp and hash_ids") from None
     if not isinstance(obj, dict):
         raise bad("expected a JSON object with timestamp and hash_ids")
     ts = obj.get("timestamp")
@@ -231,7 +235,15 @@ def build(spec, ctx) -> Workload:
     if spec.tokenizer is None:
         encode = word_tokenizer()
     else:
-        encode = load_tokenizer(trace_path(spec.tokenizer, ctx.base_dir)).encode
+        where = trace_path(spec.tokenizer, ctx.base_dir)
+        if not where.exists():
+            raise WorkloadError(
+                str(where),
+                None,
+                "workload.bench_serving.tokenizer: no such file or folder (a local tokenizer.json or model "
+                "folder; nothing is downloaded)",
+            )
+        encode = load_tokenizer(where).encode
     page, partial = ctx.page_size, ctx.partial_pages
     header = {role: encode(MESSAGE_HEADER.format(role=role)) for role in ("user", "assistant")}
     end, generation = encode(MESSAGE_END), encode(GENERATION_PROMPT)
