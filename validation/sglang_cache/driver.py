@@ -119,6 +119,8 @@ class Driver:
             hicache_host_memory_mode=row["host_memory_mode"],
             # The host pool is int(L1 * ratio) + 1 padding page: this ratio makes it exactly L2.
             hicache_ratio=(l2 - 0.5) / l1,
+            radix_eviction_policy=row.get("eviction_policy", "lru"),
+            radix_eviction_policy_config=row.get("eviction_policy_config"),
         )
         # The launch pipeline's HiCache step (buffer_only turns write_back into write_through, the
         # layout follows the io backend); publishing applies what it resolved.
@@ -149,7 +151,8 @@ class Driver:
             token_to_kv_pool_allocator=self.allocator,
             page_size=1,
             tree_components=(ComponentType.FULL,),
-            eviction_policy="lru",
+            eviction_policy=row.get("eviction_policy", "lru"),
+            eviction_policy_config=row.get("eviction_policy_config"),
         )
         cache = UnifiedRadixCache(params=params)
         cache.init_hicache(server_args, params)
@@ -168,6 +171,13 @@ class Driver:
             "prefetch_policy": cache.prefetch_stop_policy,
             "tree_core": type(cache.tree_core).__name__,
         }
+        if "eviction_policy" in row:
+            # The strategy SGLang's tree ran, with the knobs it read (tlru: threshold, estimate).
+            strategy = cache.tree_core.eviction_strategy
+            self.resolved["eviction_strategy"] = type(strategy).__name__
+            self.resolved["eviction_strategy_config"] = {
+                k: getattr(strategy, k) for k in row.get("eviction_policy_config") or {}
+            }
         self.scheduler = _SchedulerShim(cache)
         self._prefetch_kvcache = Scheduler._prefetch_kvcache
         self.result = RowResult()

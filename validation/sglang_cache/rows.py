@@ -6,7 +6,9 @@ A row's fields (pages are trace blocks, one per 512-token page):
 ``chunk_pages`` (None: whole prompt), ``match`` ("whole": the whole input; "cap": input - 1, as
 SGLang's scheduler does), ``storage_pages`` (None: unbounded store), ``storage_eviction_ratio`` (HiCacheFile's
 ``eviction_ratio``: a full store evicts down to this fraction of its cap), ``prefetch_policy``,
-``in_flight`` (requests admitted together; 1 everywhere here).
+``in_flight`` (requests admitted together; 1 everywhere here); the tlru rows only:
+``eviction_policy`` and ``eviction_policy_config`` (``--radix-eviction-policy[-config]``, its counts
+in blocks, SGLang's tokens with one token a block; the other rows run SGLang's default lru).
 """
 
 from __future__ import annotations
@@ -86,6 +88,26 @@ def all_rows() -> list[dict[str, Any]]:
         rows.append(_row(f"syn-cache-{abbrev[p]}-smallhost", "synthetic", 2000, 1000, p))
     for mode, tag, p in TRIO:
         rows.append(_row(f"conv-{tag}-{abbrev[p]}", "conversation", 2000, 4000, p, mode))
+    # Tail-Optimized LRU (--radix-eviction-policy tlru): threshold and next-prompt estimate in blocks
+    # (SGLang's tokens here); the synthetic rows at 8 / 1 (4,096 / 512 tokens of 512-token pages, the
+    # example SGLang's flag help gives), the conversation rows at 32 / 4.
+    for trace, (l1, l2), config in (
+        ("syn", (1000, 2000), {"threshold": 8, "next_prompt_estimate": 1}),
+        ("conv", (2000, 4000), {"threshold": 32, "next_prompt_estimate": 4}),
+    ):
+        for p in ("write_through", "write_back"):
+            name = "synthetic" if trace == "syn" else "conversation"
+            rows.append(
+                _row(
+                    f"{trace}-cache-{abbrev[p]}-tlru",
+                    name,
+                    l1,
+                    l2,
+                    p,
+                    eviction_policy="tlru",
+                    eviction_policy_config=config,
+                )
+            )
     return rows
 
 
@@ -110,7 +132,10 @@ def core_config(cfg: dict[str, Any]) -> CacheConfig:
         write_policy=cfg["write_policy_resolved"],
         host_memory_mode=cfg["host_memory_mode"],
         host_eviction="evicted_only",
-        eviction_policy="lru",
+        # tlru rows: SGLang's thresholds are tokens of its 1-token pages, one trace block each; here a
+        # block is a 512-token page.
+        eviction_policy=cfg.get("eviction_policy", "lru"),
+        eviction_policy_config={k: v * 512 for k, v in cfg.get("eviction_policy_config", {}).items()},
         eviction_granularity="node",
         storage=True,
         storage_capacity_pages=cfg["storage_pages"],
