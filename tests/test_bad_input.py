@@ -1288,7 +1288,7 @@ FROM_SGLANG_CASES = [
     ),
     pytest.param(
         ["python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-14B-Instruct", "--port", "30000"],
-        ["--model-path Qwen/Qwen2.5-14B-Instruct", "--preset NAME", "num_layers"],
+        ["--model-path Qwen/Qwen2.5-14B-Instruct", "--preset NAME", "config: path/to/config.json"],
         id="unknown-model",
     ),
     pytest.param(["python", "-m", "sglang.launch_server", "--tp", "2"], ["--model-path", "missing"], id="no-model"),
