@@ -13,6 +13,7 @@ does not. The world shares the bandwidth term between concurrent transfers of on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 
@@ -65,7 +66,14 @@ def segments_for(
     page_first one piece per K and V (device pools are layer-first); page_first_direct one (K and V of
     a layer's page chunk together); page_head one per token, KV head (``heads`` per rank) and K / V.
     """
-    from .presets import HOST_LAYOUTS
+    pieces = _PIECES.get(layout)
+    if pieces is None:  # first use of the layout: its rule from the registry (presets imports this module)
+        from .presets import HOST_LAYOUTS
 
+        pieces = _PIECES[layout] = HOST_LAYOUTS.get(layout).pieces
     n_layers = num_layers if layers is None else layers
-    return pages * n_layers * HOST_LAYOUTS.get(layout).pieces(kv_factor, page_size, heads)
+    return pages * n_layers * pieces(kv_factor, page_size, heads)
+
+
+# Layout name -> its pieces rule (``HostLayout.pieces``), filled on first use: a timed run asks per transfer.
+_PIECES: dict[str, Callable[[int, int, int], int]] = {}
