@@ -85,6 +85,7 @@ MULTITURN_WL = {
 
 
 def run(tmp_path: Path, name: str, wl: dict, *flags: str) -> tuple[Path, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / f"{name}.yaml"
     path.write_text(json.dumps({**BASE, "name": name, "workload": wl}), encoding="utf-8")
     out = tmp_path / name
@@ -151,3 +152,9 @@ def test_bench_multiturn_line_reads_back_with_zero_error(tmp_path):
 def test_without_the_flag_the_run_folder_is_unchanged(tmp_path):
     _, out = run(tmp_path, "plain", RANDOM)
     assert not (out / "bench_serving.jsonl").exists() and not (out / "bench_multiturn.jsonl").exists()
+
+
+def test_same_scenario_same_bytes(tmp_path):
+    _, a = run(tmp_path / "a", "again", MOONCAKE, "--bench-json")
+    _, b = run(tmp_path / "b", "again", MOONCAKE, "--bench-json")
+    assert (a / "bench_serving.jsonl").read_bytes() == (b / "bench_serving.jsonl").read_bytes()
