@@ -186,3 +186,13 @@ def test_a_local_tokenizer_counts_the_tokens(tmp_path):
     tok.save(str(tmp_path / "tokenizer.json"))
     data = scenario(trace_file(tmp_path), tokenizer=str(tmp_path / "tokenizer.json"), warmup_requests=0)
     assert by_rid(workload(data))["s2r1"].input_tokens == 277
+
+
+def test_warm_up_copies_are_one_prompt_with_one_answer(tmp_path):
+    """The copies send the same text (greedy: the same answer), so they leave the same pages cached;
+    a round's answer is its own."""
+    reqs = by_rid(workload(scenario(trace_file(tmp_path), page_size=16, warmup_requests=2)))
+    a, b = reqs["warmup0"], reqs["warmup1"]
+    assert a.page_keys == b.page_keys and a.finish_keys == b.finish_keys
+    assert len(a.finish_keys) == (1038 + 3 - 1) // 16
+    assert reqs["s0r1"].finish_keys[-1] != reqs["s1r1"].finish_keys[-1]

@@ -251,6 +251,7 @@ def build(spec, ctx) -> Workload:
     reqs: list[Request] = []
 
     def add(rid: str, t: float, tokens: int, keys: tuple[int, ...], out: int, session: str | None, turn: int) -> None:
+        """Append a request; its answer is its own, but equal warm-up prompts get equal (greedy) answers."""
         nonlocal pages
         pages += len(keys)
         if pages > MAX_GENERATED_PAGES:
@@ -260,7 +261,7 @@ def build(spec, ctx) -> Workload:
                 f"workload.bench_serving: more than {MAX_GENERATED_PAGES:,} prompt pages by request {len(reqs) + 1:,}; "
                 "lower num_prompts or mooncake_num_rounds, or raise cache.page_size",
             )
-        done = _answered(keys, tokens, out, page, len(reqs))
+        done = _answered(keys, tokens, out, page, -1 if session is None else len(reqs))
         reqs.append(Request(rid, t, tokens, out, keys, session=session, turn=turn, finish_keys=done))
 
     first = records[0]  # the warm-up: the file's first record, before the sort
