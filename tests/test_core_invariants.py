@@ -394,6 +394,36 @@ def test_duplicates_tracked_where_the_configuration_tracks_none(cache):
     _fails_with(cache, "[23a host duplicates off] 1 nodes tracked but this configuration tracks none")
 
 
+def _tlru_chain():
+    """tlru, [1, 2] then [1, 2, 3, 4] then [1, 2, 9]: the upper node [1, 2] (depth 2) under which [3, 4]
+    (depth 4) and [9] (depth 3); the branch's high-water depth is 4."""
+    c = new_cache(
+        page_size=1,
+        device_pages=16,
+        eviction_policy="tlru",
+        eviction_policy_config={"threshold": 2, "next_prompt_estimate": 0},
+    )
+    for keys in ([1, 2], [1, 2, 3, 4], [1, 2, 9]):
+        put(c, keys)
+    check(c)
+    return c
+
+
+def test_tlru_depth():
+    c = _tlru_chain()
+    node = node_at(c, [1, 2, 9])
+    node.tlru_depth = 2
+    _fails_with(c, f"[24a depth] node {node.id} depth 2 pages, parent's + its key is 3")
+
+
+def test_tlru_high_water_depth_below_a_child():
+    c = _tlru_chain()
+    upper = node_at(c, [1, 2])
+    upper.tlru_history = 3
+    c._refresh(upper)  # its heap key follows, so only the depth rule is broken
+    _fails_with(c, f"[24b high-water depth] node {upper.id} high-water depth 3 pages, below 4 (its depth or a child's)")
+
+
 def test_root_lock(cache):
     cache.root.lock_ref = 0
     _fails_with(cache, "[6d root lock] root lock_ref is 0, must be >= 1")

@@ -35,6 +35,7 @@ def check(cache: HiCache, held_device_pages: Iterable[int] = ()) -> None:
     _check_slots(cache, nodes, list(held_device_pages))
     _check_inflight(cache)
     _check_duplicates(cache, nodes)
+    _check_depths(cache, nodes)
     if root.lock_ref < 1:
         _fail("6d root lock", f"root lock_ref is {root.lock_ref}, must be >= 1")
 
@@ -250,3 +251,20 @@ def _check_duplicates(cache: HiCache, nodes: list[Node]) -> None:
     for node in nodes:
         if cache.is_settled_duplicate(node) and node not in tracked:
             _fail("23c host duplicates tracked", f"node {node.id} is D+H with nothing in flight but not tracked")
+
+
+def _check_depths(cache: HiCache, nodes: list[Node]) -> None:
+    """Under a strategy that reads them (tlru): a node ends its parent's depth plus its own pages below the
+    root, and its branch's high-water depth covers its own and every child's (nothing lowers it)."""
+    if not cache._tracks_depth:
+        return
+    for node in nodes:
+        want = node.parent.tlru_depth + len(node.key)
+        if node.tlru_depth != want:
+            _fail("24a depth", f"node {node.id} depth {node.tlru_depth} pages, parent's + its key is {want}")
+        reach = max([node.tlru_depth, *(c.tlru_history for c in node.children.values())])
+        if node.tlru_history < reach:
+            _fail(
+                "24b high-water depth",
+                f"node {node.id} high-water depth {node.tlru_history} pages, below {reach} (its depth or a child's)",
+            )
