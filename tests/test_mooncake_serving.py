@@ -107,10 +107,9 @@ def test_shared_prefixes_follow_the_hash_ids(tmp_path):
     # round 2 starts with round 1's prompt: every whole page of it (279 tokens: 17 pages)
     assert reqs["s0r2"].page_keys[:17] == a[:17]
     assert reqs["s0r2"].page_keys[17] != a[17]  # a's 18th page is partial, round 2's is whole
-    # the answer cached at the end is the request's own (the next round resends a placeholder)
+    # what the request leaves cached: its prompt's whole pages, then its answer's (none here: 2 tokens)
     fin = reqs["s0r1"].finish_keys
-    assert fin[:17] == a[:17] and len(fin) == (279 + 2 - 1) // 16
-    assert not set(fin[17:]) & set(reqs["s0r2"].page_keys)
+    assert fin == a[:17] and len(fin) == (279 + 2 - 1) // 16
 
 
 def test_num_prompts_takes_the_first_lines_of_the_file(tmp_path):
@@ -188,11 +187,19 @@ def test_a_local_tokenizer_counts_the_tokens(tmp_path):
     assert by_rid(workload(data))["s2r1"].input_tokens == 277
 
 
-def test_warm_up_copies_are_one_prompt_with_one_answer(tmp_path):
-    """The copies send the same text (greedy: the same answer), so they leave the same pages cached;
-    a round's answer is its own."""
-    reqs = by_rid(workload(scenario(trace_file(tmp_path), page_size=16, warmup_requests=2)))
+def test_answers_are_greedy_one_per_prompt(tmp_path):
+    """bench_serving sends at temperature 0: equal prompts (the warm-up's copies, records with equal hash
+    ids) leave equal answers cached; another prompt's answer, and the next round's placeholder, differ.
+    150-token prompts ([5]: 21 + 129) with 40-token answers: 9 whole prompt pages, then pages 9 and 10
+    hold the answer ((150 + 40 - 1) // 16 = 11)."""
+    rows = [{"timestamp": 0, "output_length": 40, "hash_ids": [h]} for h in (5, 5, 6)]
+    wl = workload(scenario(trace_file(tmp_path, rows), page_size=16, warmup_requests=2, mooncake_num_rounds=2))
+    reqs = by_rid(wl)
     a, b = reqs["warmup0"], reqs["warmup1"]
     assert a.page_keys == b.page_keys and a.finish_keys == b.finish_keys
-    assert len(a.finish_keys) == (1038 + 3 - 1) // 16
-    assert reqs["s0r1"].finish_keys[-1] != reqs["s1r1"].finish_keys[-1]
+    same, twin, other = reqs["s0r1"], reqs["s1r1"], reqs["s2r1"]
+    assert same.page_keys == twin.page_keys and len(same.finish_keys) == 11
+    assert same.finish_keys == twin.finish_keys
+    assert same.finish_keys[:9] == same.page_keys[:9]
+    assert not set(same.finish_keys[9:]) & set(other.finish_keys)
+    assert not set(same.finish_keys[9:]) & set(reqs["s0r2"].page_keys)

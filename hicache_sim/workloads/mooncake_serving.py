@@ -28,8 +28,9 @@ pre-tokenisers split it (a word with its leading space, a run of up to 3 digits,
 piece is one token, which holds for this text's pieces (`` hi``, `` story``, the suffix's words,
 numbers below 1000) in such vocabularies; a tokenizer splitting digits one by one (Qwen2) gives a few
 tokens more per id. Page keys chain the pages' token ids (equal keys: equal tokens up to that page).
-A request caches its prompt and its own answer when it finishes (the answer's pages are its own: the
-next round resends a placeholder, not the answer).
+A request caches its prompt and its answer when it finishes; the answer is greedy, so equal prompts
+(the warm-up's copies, records with equal hash ids) leave equal answers, and no later round resends it
+(the next round carries a placeholder).
 """
 
 from __future__ import annotations
@@ -196,28 +197,29 @@ class PageChain:
             prev = self.keys[-1] if self.keys else _CHAIN
             self.keys.append(hash((prev, tuple(self.tokens[j * p : (j + 1) * p]))))
 
-    def prompt(self, tail: list[int], partial: str) -> tuple[int, tuple[int, ...]]:
-        """(tokens, page keys) of the sequence followed by ``tail``, without appending it (reads only).
-        A last partial page is a page with ``keep``, left out with ``drop``."""
+    def prompt(self, tail: list[int], partial: str) -> tuple[int, tuple[int, ...], int]:
+        """(tokens, page keys, digest of every token) of the sequence followed by ``tail``, without
+        appending it (reads only). A last partial page is a page with ``keep``, left out with ``drop``;
+        the digest covers it either way (equal digests: equal prompts)."""
         p = self.page_size
         rest = self.tokens[len(self.keys) * p :] + tail
         keys = list(self.keys)
         prev = keys[-1] if keys else _CHAIN
         for start in range(0, len(rest), p):
             piece = rest[start : start + p]
-            if len(piece) < p and partial != "keep":
-                break
             prev = hash((prev, tuple(piece)))
-            keys.append(prev)
-        return len(self.tokens) + len(tail), tuple(keys)
+            if len(piece) == p or partial == "keep":
+                keys.append(prev)
+        return len(self.tokens) + len(tail), tuple(keys), prev
 
 
-def _answered(keys: tuple[int, ...], tokens: int, out: int, page_size: int, owner: int) -> tuple[int, ...]:
-    """Whole pages SGLang caches when the request finishes: prompt + answer minus the last token, the
-    answer's pages (and the page the prompt ends in) this request's own."""
+def _answered(keys: tuple[int, ...], tokens: int, out: int, page_size: int, prompt: int) -> tuple[int, ...]:
+    """Whole pages SGLang caches when the request finishes: prompt + answer minus the last token. The
+    answer is greedy (bench_serving's ``--temperature`` 0): a function of the whole prompt (its digest
+    ``prompt``) and of its length, so equal prompts leave equal answers and no other request has them."""
     whole = tokens // page_size
     total = max(0, tokens + out - 1) // page_size
-    return keys[:whole] + tuple(hash((_ANSWER, owner, j)) for j in range(whole, total))
+    return keys[:whole] + tuple(hash((_ANSWER, prompt, j)) for j in range(whole, total))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -250,9 +252,11 @@ def build(spec, ctx) -> Workload:
     pages = 0
     reqs: list[Request] = []
 
-    def add(rid: str, t: float, tokens: int, keys: tuple[int, ...], out: int, session: str | None, turn: int) -> None:
-        """Append a request; its answer is its own, but equal warm-up prompts get equal (greedy) answers."""
+    def add(
+        rid: str, t: float, prompt: tuple[int, tuple[int, ...], int], out: int, session: str | None, turn: int
+    ) -> None:
         nonlocal pages
+        tokens, keys, digest = prompt
         pages += len(keys)
         if pages > MAX_GENERATED_PAGES:
             raise WorkloadError(
@@ -261,15 +265,15 @@ def build(spec, ctx) -> Workload:
                 f"workload.bench_serving: more than {MAX_GENERATED_PAGES:,} prompt pages by request {len(reqs) + 1:,}; "
                 "lower num_prompts or mooncake_num_rounds, or raise cache.page_size",
             )
-        done = _answered(keys, tokens, out, page, -1 if session is None else len(reqs))
+        done = _answered(keys, tokens, out, page, digest)
         reqs.append(Request(rid, t, tokens, out, keys, session=session, turn=turn, finish_keys=done))
 
     first = records[0]  # the warm-up: the file's first record, before the sort
     warm = PageChain(page)
-    tokens, keys = warm.prompt(encode(user_text(first.hash_ids, HI_PER_ID_WARMUP, WARMUP_SUFFIX)), partial)
+    warm_prompt = warm.prompt(encode(user_text(first.hash_ids, HI_PER_ID_WARMUP, WARMUP_SUFFIX)), partial)
     warm_out = max(1, min(WARMUP_ANSWER_CAP if first.output_length is None else first.output_length, WARMUP_ANSWER_CAP))
     for w in range(spec.warmup_requests):
-        add(f"warmup{w}", 0.0, tokens, keys, warm_out, None, 0)
+        add(f"warmup{w}", 0.0, warm_prompt, warm_out, None, 0)
     unmeasured = len(reqs)
 
     ordered = sorted(records, key=lambda r: r.timestamp)
@@ -284,7 +288,6 @@ def build(spec, ctx) -> Workload:
             if i:
                 chain.extend(answer)
             chain.extend(header["user"] + encode(f"Round {i + 1}: {base}") + end)
-            tokens, keys = chain.prompt(generation, partial)
-            add(f"s{k}r{i + 1}", t, tokens, keys, max(1, out), f"s{k}", i + 1)
+            add(f"s{k}r{i + 1}", t, chain.prompt(generation, partial), max(1, out), f"s{k}", i + 1)
     phases = ((unmeasured, None),)
     return Workload(reqs, serving=ServingSpec(spec.max_concurrency, unmeasured, phases))
