@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from . import __version__
+from .dp_run import add_dp_block, dp_residency, dp_transfers, run_instant_dp
 from .instant import run_instant
 from .output.columns import Columns
 from .output.summary import build_summary
@@ -135,7 +136,7 @@ def run_instant_scenario(
                 }
             )
 
-    out = run_instant(
+    out = (run_instant if r.dp_ranks == 1 else run_instant_dp(r))(
         r.cache,
         stream(),
         chunk_pages=chunk_pages,
@@ -189,6 +190,9 @@ def run_instant_scenario(
     rounds = _rounds_of(cols["rid"], wl)
     if rounds is not None:
         cols["round"] = rounds
+    if r.dp_ranks > 1:
+        cols["dp_rank"] = out.row_ranks
+        series.sort(key=lambda row: row["request"])  # each rank sampled its own requests
     table = Columns(cols)
     summary = build_summary(
         table,
@@ -200,6 +204,8 @@ def run_instant_scenario(
         warmup_requests=wl.warmup_requests,
     )
     transfers = _frame(out.transfers) if record_transfers else None
+    if r.dp_ranks > 1:
+        add_dp_block(summary, table, None, [c.counter_values() for c in out.cache.caches])
     return RunOutput(r, summary, table, Columns.from_rows(series), transfers)
 
 
@@ -231,18 +237,22 @@ def run_timed_scenario(
             row["prompt_tokens"] = row["input_tokens"]
             sink.add(row)
 
+        # More than one data-parallel rank: one engine per rank behind SGLang's dispatcher (sim/dp.py).
+        kw = {"check_invariants": check_invariants, "progress": progress, "on_row": on_row}
+        dp = None
         try:
-            res = run_timed(
-                r,
-                wl,
-                check_invariants=check_invariants,
-                progress=progress,
-                on_row=on_row,
-                keep_transfers=record_transfers,
-            )
+            if r.dp_ranks > 1:
+                from .sim.dp import run_dp_timed
+
+                dp = run_dp_timed(r, wl, keep_transfers=record_transfers, **kw)
+                res = dp.total
+            else:
+                res = run_timed(r, wl, keep_transfers=record_transfers, **kw)
         finally:
             sink.close()
         df = pq.read_table(Path(spool) / "requests.parquet").to_pandas()
+        if dp is not None:
+            df.insert(len(df.columns) - 1, "dp_rank", dp.row_ranks)
     rounds = _rounds_of(df["rid"], wl)
     if rounds is not None:
         df["round"] = rounds
@@ -254,7 +264,7 @@ def run_timed_scenario(
         table,
         warmup_fraction=sc.metrics.warmup_fraction,
         counters=res.counters,
-        residency=res.cache.residency(),
+        residency=res.cache.residency() if dp is None else dp_residency(dp),
         sizes=_sizes(r),
         mode="timed",
         timed={"sim_time_s": res.sim_time_s, "links": res.links},
@@ -263,7 +273,9 @@ def run_timed_scenario(
         l3=_l3_block(r) if r.cache.storage else None,
         saturation=_saturation_block(r, series, open_loop=_open_loop(wl)),
     )
-    transfers = _frame(res.transfers) if record_transfers else None
+    transfers = _frame(res.transfers if dp is None else dp_transfers(dp)) if record_transfers else None
+    if dp is not None:
+        add_dp_block(summary, table, [rank.links for rank in dp.ranks], [rank.counters for rank in dp.ranks])
     return RunOutput(r, summary, table, series, transfers)
 
 

@@ -63,10 +63,26 @@ def validate(
         f"  write {c.write_policy}, host eviction {c.host_eviction}, mode {c.host_memory_mode}, "
         f"storage {_storage_line(c) if c.storage else 'off'}"
     )
+    if r.dp_ranks > 1:
+        typer.echo(f"  {dp_line(r)}")
     for line in node.lines():
         typer.echo(f"  {line}")
     for w in [*r.warnings, *node.warnings()]:
         typer.echo(f"warning: {w}", err=True)
+
+
+def dp_line(r) -> str:
+    """The data-parallel ranks: each one's own pools (the sizes above are one rank's), and how requests
+    are spread over them."""
+    hw = r.scenario.hardware
+    shape = (
+        f"dp {hw.dp} replicas of tp {hw.tp}" if hw.dp > 1 else f"attn_dp {hw.attn_dp} groups of {hw.tp // hw.attn_dp}"
+    )
+    return (
+        f"data parallel: {r.dp_ranks} ranks ({shape} GPU(s)), each with its own radix tree, device pool of "
+        f"{r.device_tokens} tokens and host pool of {r.host_tokens} tokens per GPU ({r.dp_ranks * r.device_tokens} "
+        f"device tokens in all); requests spread by {hw.load_balance_method}"
+    )
 
 
 def _storage_line(c: CacheConfig) -> str:

@@ -91,6 +91,11 @@ class Resolved:
         return max(1, self.model.num_kv_heads // self.scenario.hardware.tp)
 
     @property
+    def dp_ranks(self) -> int:
+        """Data-parallel ranks, each with its own pools, tree and requests: replicas x attention-DP groups."""
+        return self.scenario.hardware.dp * self.scenario.hardware.attn_dp
+
+    @property
     def request_overhead_s(self) -> float:
         return self.compute_knobs.get("request_overhead_us", self.scenario.hardware.request_overhead_us) * 1e-6
 
@@ -217,6 +222,19 @@ def prefill_graph_backend(sc: Scenario, model: ModelPreset) -> str:
     return "disabled" if any(applies(sc, model) for _, applies in PREFILL_GRAPH_OFF) else "breakable"
 
 
+def attn_tp(hw: HardwareSpec) -> int:
+    """Ranks one attention group spans: tp, or tp / attn_dp with attention DP, whose groups each hold
+    every token of their requests (MHA/GQA KV heads split over these ranks only; sglang 0.5.23
+    ``derive_attn_tp_size``)."""
+    return hw.tp // hw.attn_dp
+
+
+def attn_dp_chunk(chunk: int | None, attn_dp: int) -> int | None:
+    """Each attention-DP group's prefill chunk: SGLang divides ``--chunked-prefill-size`` by the groups
+    after sizing memory with the whole one (``handle_data_parallelism``)."""
+    return chunk if chunk is None or attn_dp == 1 else chunk // attn_dp
+
+
 def chunked_prefill_size(sc: Scenario, gpu: GPUPreset) -> int | None:
     """The prefill chunk SGLang runs: the scenario's, or for ``auto`` its default by GPU memory
     (sglang 0.5.23 ``handle_gpu_memory_settings``); None: no chunking."""
@@ -327,10 +345,11 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     check_nodes(hw)
     check_moe(model)
     stage_layers = model.num_layers // hw.pp
-    bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), hw.tp)
+    bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), attn_tp(hw))
     warnings: list[str] = []
     chunk, graph_bs = chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu)
     memory = memory_plan(sc, model, gpu, chunk, graph_bs)
+    chunk = attn_dp_chunk(chunk, hw.attn_dp)
     device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
     running = running_cap(sc, model, device_tokens, warnings)
     host_tokens = _host_tokens(sc, device_tokens, bpt, warnings, indexer_bytes_per_token(model, stage_layers))
@@ -405,7 +424,7 @@ def _pool_tokens(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> int:
     hw = sc.hardware
     check_tp(model, hw.tp)
     check_pp(model, hw.pp)
-    bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, model.num_layers // hw.pp), hw.tp)
+    bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, model.num_layers // hw.pp), attn_tp(hw))
     plan = memory_plan(sc, model, gpu, chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu))
     return plan.kv_tokens(bpt, sc.cache.page_size)
 
@@ -562,10 +581,11 @@ def kv_tensors(model: ModelPreset) -> int:
 
 
 def storage_writers(sc: Scenario, model: ModelPreset) -> int:
-    """Ranks that write their own copy of each page to storage: every TP and PP rank, but under MLA
-    only TP rank 0 of each stage (the others skip the backup: their KV is the same). A Mooncake page is
+    """Ranks that write their own copy of each page to storage: every TP and PP rank (of one attention
+    group under attention DP), but under MLA only TP rank 0 of each stage (the others skip the backup:
+    their KV is the same). A Mooncake page is
     K and V objects per writer (MLA: one latent object)."""
-    return sc.hardware.pp if model.attention == "mla" else sc.hardware.tp * sc.hardware.pp
+    return sc.hardware.pp if model.attention == "mla" else attn_tp(sc.hardware) * sc.hardware.pp
 
 
 def _storage(sc: Scenario, bpt: int, model: ModelPreset) -> StorageParams:

@@ -18,6 +18,7 @@ from ..core import (
     PREFETCH_STOP_POLICIES,
     WRITE_POLICIES,
 )
+from ..core.routing import ROUTERS, check_method
 from ..core.schedule import check_policy
 from ..core.stores import STORE_MODELS, knob_readers
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
@@ -281,7 +282,21 @@ class HardwareSpec(_Strict):
         1,
         gt=0,
         description="data-parallel replicas of the tp x pp group (SGLang --dp-size without --enable-dp-attention), "
-        "each with its own host pools: the node memory check counts them; the simulation models one replica",
+        "each with its own KV pool, host pool and radix tree; requests are spread over them by "
+        "load_balance_method (hicache_sim/sim/dp.py)",
+    )
+    attn_dp: int = Field(
+        1,
+        gt=0,
+        description="attention data-parallel groups inside the tp ranks (SGLang --attn-dp-size, or the deprecated "
+        "--dp-size N --enable-dp-attention): each group of tp / attn_dp ranks has its own KV pool, host pools and "
+        "radix tree and its own requests; the chunked prefill is split over the groups",
+    )
+    load_balance_method: str = Field(
+        "round_robin",
+        description="how requests are spread over the dp x attn_dp ranks (SGLang --load-balance-method): "
+        "round_robin, total_requests, total_tokens (those two read the ranks' queues: timed mode); auto is "
+        "round_robin",
     )
     nnodes: int = Field(
         1, gt=0, description="nodes the tp x pp ranks span (SGLang --nnodes): the node memory check counts one's share"
@@ -395,12 +410,30 @@ class HardwareSpec(_Strict):
     def _gpu_known(cls, v: str) -> str:
         return _in_registry(GPUS, v)
 
+    @field_validator("load_balance_method")
+    @classmethod
+    def _method_known(cls, v: str) -> str:
+        return ROUTERS.canonical(check_method(v))
+
+    @model_validator(mode="after")
+    def _dp_layout(self) -> HardwareSpec:
+        """SGLang 0.5.23 refuses replicas with attention DP inside them, and groups that do not split tp."""
+        if self.dp > 1 and self.attn_dp > 1:
+            raise ValueError(
+                f"hardware.dp {self.dp} with hardware.attn_dp {self.attn_dp}: SGLang 0.5.23 refuses data-parallel "
+                "replicas combined with attention data parallelism; set one of them to 1"
+            )
+        if self.tp % self.attn_dp:
+            raise ValueError(f"hardware.attn_dp {self.attn_dp} does not divide hardware.tp {self.tp} (SGLang refuses)")
+        return self
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
-        """Written beside results without ``dp`` / ``nnodes`` at 1 (those files stay as they were)."""
+        """Written beside results without the data-parallel fields at their defaults (those files stay
+        as they were)."""
         out = handler(self)
-        for key in ("dp", "nnodes"):
-            if out.get(key) == 1:
+        for key, default in (("dp", 1), ("nnodes", 1), ("attn_dp", 1), ("load_balance_method", "round_robin")):
+            if out.get(key) == default:
                 out.pop(key)
         return out
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
 from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
+from ..core.routing import ROUTERS, check_method
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
 from ..hardware.presets import HOST_LAYOUTS, IO_BACKENDS, MODELS, STORAGE
@@ -558,26 +559,37 @@ def _prefill_graph_read(ctx: ReadContext) -> dict[str, Any]:
     return {}
 
 
-# Data-parallel replicas: plain --dp-size starts that many tp x pp groups, each with its own host pools
-# (the node memory check counts them). The deprecated --enable-dp-attention without --attn-dp-size turns
-# --dp-size into attention-DP groups within the tp ranks (sglang 0.5.23 handle_deprecated_dp_attention).
+# Data-parallel ranks (docs/reference/sglang-data-parallel.md): plain --dp-size starts that many tp x pp
+# groups; --attn-dp-size splits the tp ranks into attention groups; the deprecated --enable-dp-attention
+# turns --dp-size into --attn-dp-size when that is unset (sglang 0.5.23 handle_deprecated_dp_attention),
+# and SGLang refuses both widths above 1 (handle_data_parallelism): the schema says so in one line.
 _DP_ATTENTION = "--enable-dp-attention"
+_DP_FLAGS = ("--dp-size", "--attn-dp-size", _DP_ATTENTION)
 
 
 def _dp_read(ctx: ReadContext) -> dict[str, Any]:
-    raw = ctx.args.get("--dp-size")
-    if raw is None:
-        return {}
-    dp = _positive("--dp-size", raw)
-    if ctx.args.get(_DP_ATTENTION) is True and ctx.args.get("--attn-dp-size") in (None, "1"):
-        ctx.notes.append(f"--dp-size {dp} with {_DP_ATTENTION}: the dp ranks are the tp ranks (no extra host pools)")
-        return {}
-    return {"hardware.dp": dp}
+    dp = _positive("--dp-size", ctx.args.get("--dp-size", "1"))
+    attn = _positive("--attn-dp-size", ctx.args.get("--attn-dp-size", "1"))
+    if ctx.args.get(_DP_ATTENTION) is True and attn == 1:
+        dp, attn = 1, dp
+    return {dotted: v for dotted, v in (("hardware.dp", dp), ("hardware.attn_dp", attn)) if v != 1}
 
 
 def _dp_write(ctx: WriteContext) -> list[str]:
-    dp = ctx.get("hardware.dp")
-    return [] if dp == 1 else ["--dp-size", str(dp)]
+    out = []
+    for flag, dotted in (("--dp-size", "hardware.dp"), ("--attn-dp-size", "hardware.attn_dp")):
+        v = ctx.get(dotted)
+        out += [] if v == 1 else [flag, str(v)]
+    return out
+
+
+def _balance_parse(flag: str, raw: str) -> str:
+    """A modelled ``--load-balance-method`` (auto is round_robin outside PD disaggregation); SGLang's
+    others are refused saying why."""
+    try:
+        return ROUTERS.canonical(check_method(raw))
+    except ValueError as e:
+        raise SglangArgsError(f"{flag} {raw}: {e}") from None
 
 
 def _refuse(flag: str, why: str) -> Row:
@@ -607,7 +619,13 @@ ROWS: tuple[Row, ...] = (
     ),
     field_row("--tp-size", "hardware.tp", _int, default=1),
     field_row("--pp-size", "hardware.pp", _int, default=1),
-    Row(("--dp-size",), _dp_read, _dp_write),
+    Row(_DP_FLAGS, _dp_read, _dp_write, fields=("hardware.dp", "hardware.attn_dp")),
+    field_row(
+        "--load-balance-method",
+        "hardware.load_balance_method",
+        _balance_parse,
+        default="round_robin",
+    ),
     field_row("--nnodes", "hardware.nnodes", _positive, default=1),
     Row((_NO_CUSTOM_AR,), _custom_ar_read, _custom_ar_write, fields=("hardware.custom_allreduce_max_mib",)),
     field_row("--mem-fraction-static", "hardware.mem_fraction_static", _float, default=None),

@@ -91,6 +91,8 @@ class SchedulerPolicy:
             insert_output=s.insert_output,
             schedule_policy=s.schedule_policy,
             seed=sc.seed,
+            # Attention DP scales --schedule-conservativeness by 0.3 (sglang 0.5.23 handle_data_parallelism).
+            init_new_token_ratio=cls.init_new_token_ratio * (0.3 if sc.hardware.attn_dp > 1 else 1.0),
         )
 
     @property

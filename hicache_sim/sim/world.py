@@ -66,13 +66,15 @@ class World:
         progress: Callable[[int], None] | None = None,
         on_row: Callable[[dict], None] | None = None,
         keep_transfers: bool = True,
+        env: simpy.Environment | None = None,
     ) -> None:
         sc = resolved.scenario
         self.resolved = resolved
         self.workload = workload
         self.progress = progress
         self.check_invariants = check_invariants
-        self.env = env = simpy.Environment()
+        # A given env: one data-parallel rank of several sharing one clock (sim/dp.py).
+        self.env = env = env if env is not None else simpy.Environment()
         self.cache = cache = HiCache(resolved.cache)
         self.page = resolved.cache.page_size
         sharing = sc.hardware.pcie.sharing

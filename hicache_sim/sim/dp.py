@@ -1,0 +1,326 @@
+"""Data-parallel ranks in one timed world: one engine (HiCache, links, scheduler) per DP rank on one SimPy
+clock, and SGLang's DataParallelController in front of them.
+
+SGLang 0.5.23 starts ``--dp-size`` replicas of the tp x pp group, or with attention DP (``--attn-dp-size``,
+or the deprecated ``--dp-size N --enable-dp-attention``) N attention groups inside the tp ranks; either way
+each DP rank runs its own scheduler over its own KV pool, host pool and radix tree, and the controller
+sends each request to one rank (:mod:`hicache_sim.core.routing`). So a prefix cached on one rank is a miss
+on the others: a session's hit rate depends on where its turns land.
+
+:class:`DPWorld` holds the arrival process, the request records and their in-order rows (as
+:class:`~hicache_sim.sim.world.World` does for one rank), and a :class:`RankWorld` per rank: a World on
+the shared clock whose finished requests are reported back here. Dispatch happens when the request
+reaches the controller (after ``request_overhead_s``); the load-aware methods read each rank's live
+queues and KV use (SGLang reads the snapshot each scheduler last published, after every prefill batch,
+every 15th decode batch and when idle: the simulator reads the state itself, throttled to SGLang's
+20 ms like the real reads).
+
+Not modelled: attention-DP ranks run their MLP / MoE together (every group steps in lockstep, an idle
+one with an empty batch, and the experts see every group's tokens); here each rank steps on its own, at
+the step time of its own batch on the whole tp group. The weights per GPU are those of plain TP.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+
+from ..core import ConfigError
+from ..core.routing import ROUTERS, RankLoad, Router
+from ..scenario import Resolved
+from ..workloads import Request
+from ..workloads.synthetic import Workload
+from ..workloads.workload import MAX_CLOCK_S
+from .arrivals import arrivals_for
+from .compute import StepTimeModel
+from .metrics import RequestRecord
+from .requests import SimRequest
+from .world import SimulationError, TimedResult, World
+
+
+class RankWorld(World):
+    """One DP rank: a World on a shared clock with no arrivals of its own; its done requests go to the
+    :class:`DPWorld` in front."""
+
+    def __init__(self, front: DPWorld, rank: int, resolved: Resolved, **kw) -> None:
+        self.front = front
+        self.rank = rank
+        super().__init__(resolved, Workload([]), **kw)
+
+    def _done(self, r: SimRequest) -> None:
+        self.front._done(self.rank, r)
+
+    def load(self) -> RankLoad:
+        """What this rank's scheduler publishes for the controller: running + waiting requests, and KV
+        tokens held by running requests (in use, not evictable) + prompt tokens of waiting requests."""
+        s = self.scheduler
+        arriving = [payload for kind, payload in s.inbox if kind == "arrive"]
+        waiting = s._live_waiting() + arriving
+        c = self.cache
+        used = (c.device.used() - c.evictable_pages) * self.page
+        return RankLoad(s.running + len(waiting), used + sum(r.req.input_tokens for r in waiting))
+
+
+@dataclass
+class DPResult:
+    """A DP run: the aggregate :class:`TimedResult` (rows of every request, in workload order) and each
+    rank's own, plus the rank each row went to."""
+
+    total: TimedResult
+    ranks: list[TimedResult]
+    row_ranks: list[int] = field(default_factory=list)
+
+
+class DPWorld:
+    """The controller and its ranks on one clock (see module docstring)."""
+
+    def __init__(
+        self,
+        resolved: Resolved,
+        workload: Workload,
+        *,
+        compute: StepTimeModel | None = None,
+        check_invariants: bool = False,
+        progress: Callable[[int], None] | None = None,
+        on_row: Callable[[dict], None] | None = None,
+        keep_transfers: bool = True,
+    ) -> None:
+        self.resolved = resolved
+        self.workload = workload
+        self.progress = progress
+        self.env = env = simpy.Environment()
+        n_ranks = resolved.dp_ranks
+        # Ranks are built (and their scheduler processes started) in rank order: same-time order is fixed.
+        self.ranks = [
+            RankWorld(
+                self,
+                k,
+                resolved,
+                compute=compute,
+                check_invariants=check_invariants,
+                keep_transfers=keep_transfers,
+                env=env,
+            )
+            for k in range(n_ranks)
+        ]
+        self.shared_store = share_store(self.ranks, env)
+        self.router: Router = ROUTERS.get(resolved.scenario.hardware.load_balance_method)(n_ranks)
+        self.page = resolved.cache.page_size
+        self.reserve_last_token = self.ranks[0].policy.reserve_last_token
+        self.request_overhead_s = resolved.request_overhead_s
+        n = len(workload.requests)
+        if len({r.rid for r in workload.requests}) != n:
+            raise SimulationError("request ids are not unique in the workload")
+        self.records: list[RequestRecord | None] = [None] * n
+        self.rank_of: list[int] = [-1] * n
+        self.rows: list[dict] = []
+        self.row_ranks: list[int] = []
+        self.on_row = on_row if on_row is not None else self.rows.append
+        self._emitted = 0
+        self.n_arrived = self.n_finished = self.n_rejected = self.n_done = 0
+        self.no_reason: list[str] = []
+        self.per_rank = [0] * n_ranks
+        self.arrivals = arrivals_for(env, workload, self._deliver)
+
+    # --------------------------------------------------------------------------- requests
+
+    def _loads(self) -> list[RankLoad]:
+        return [rank.load() for rank in self.ranks]
+
+    def _deliver(self, i: int, req: Request) -> None:
+        rec = RequestRecord(req, arrival_s=self.env.now)
+        self.records[i] = rec
+        self.n_arrived += 1
+        if self.request_overhead_s > 0:
+            # HTTP and tokenisation come before the controller: it dispatches when the request reaches it.
+            self.env.timeout(self.request_overhead_s).callbacks.append(lambda _ev: self._dispatch(i, req, rec))
+        else:
+            self._dispatch(i, req, rec)
+
+    def _dispatch(self, i: int, req: Request, rec: RequestRecord) -> None:
+        """Route the request to a rank (every request counts, as every one is dispatched in SGLang; a
+        prompt the rank can never hold is rejected there)."""
+        k = self.router.pick(req.input_tokens, self.env.now, self._loads)
+        self.rank_of[i] = k
+        self.per_rank[k] += 1
+        rank = self.ranks[k]
+        r = SimRequest(
+            req,
+            rec,
+            list(req.page_keys),
+            req.match_limit(self.page, self.reserve_last_token),
+            i,
+            seq_tokens=req.input_tokens,
+        )
+        reason = rank._never_fits(req)
+        if reason:
+            rank.scheduler.reject(r, reason)
+        else:
+            rank.scheduler.submit(r)
+
+    def _done(self, rank: int, r: SimRequest) -> None:
+        self.n_done += 1
+        rec = r.rec
+        if rec.status == "finished":
+            self.n_finished += 1
+        elif rec.status == "rejected":
+            self.n_rejected += 1
+            if not rec.reason:
+                self.no_reason.append(rec.req.rid)
+        self._emit()
+        if self.progress is not None:
+            self.progress(self.n_done)
+        self.arrivals.on_done(r.req)
+
+    def _emit(self) -> None:
+        """Hand on the rows of the done requests no earlier request (workload order) waits for."""
+        recs = self.records
+        k = self._emitted
+        while k < len(recs):
+            rec = recs[k]
+            if rec is None or rec.status not in ("finished", "rejected"):
+                break
+            self.on_row(rec.as_dict(self.page))
+            self.row_ranks.append(self.rank_of[k])
+            recs[k] = None
+            k += 1
+        self._emitted = k
+
+    # -------------------------------------------------------------------------------- run
+
+    def run(self) -> DPResult:
+        """Run to the end, check conservation over the requests and on every rank, and collect."""
+        env = self.env
+        series = [rank.timeseries for rank in self.ranks]
+        events = 0
+        while True:
+            t = env.peek()
+            if t > MAX_CLOCK_S:
+                if t == math.inf:
+                    break
+                raise ConfigError(
+                    "simulated time",
+                    f"the next event is at {t:.4g} s with {self.n_done} of {len(self.records)} requests done; a "
+                    f"timed run must end before {MAX_CLOCK_S:.0f} s (see hicache-sim run without data parallelism)",
+                )
+            if t >= series[0].next_s:
+                for ts in series:
+                    ts.before(t)
+            env.step()
+            events += 1
+        self.verify()
+        ranks = [rank.result() for rank in self.ranks]
+        merged = sum(rank.scheduler.merged_steps for rank in self.ranks)
+        counters = _sum_counters([r.counters for r in ranks])
+        if self.shared_store is not None:  # one store: its figures once, not once per rank
+            counters.update(self.shared_store.report())
+        total = TimedResult(
+            requests=self.rows,
+            timeseries=_merge_series([r.timeseries for r in ranks]),
+            links=_merge_links([r.links for r in ranks]),
+            sim_time_s=env.now,
+            cache=self.ranks[0].cache,
+            counters={**counters, "events": events + merged},
+        )
+        return DPResult(total, ranks, self.row_ranks)
+
+    def verify(self) -> None:
+        """Every arrival finished or rejected with a reason; each rank's pools, pins and links conserved."""
+        problems: list[str] = []
+        n = len(self.records)
+        if self.n_arrived != n:
+            problems.append(f"{n - self.n_arrived} of {n} requests never arrived (closed loop stalled)")
+        if self.n_finished + self.n_rejected != self.n_arrived:
+            stuck = [r.req.rid for r in self.records if r is not None and r.status not in ("finished", "rejected")]
+            problems.append(
+                f"{self.n_arrived} arrived but {self.n_finished} finished and {self.n_rejected} were rejected; "
+                f"stuck: {stuck[:5]}"
+            )
+        if self.no_reason:
+            problems.append(f"rejected without a reason: {self.no_reason[:5]}")
+        if problems:
+            raise SimulationError("timed run ended inconsistent: " + "; ".join(problems))
+        for rank in self.ranks:
+            try:
+                rank.verify()
+            except SimulationError as e:
+                raise SimulationError(f"DP rank {rank.rank}: {e}") from None
+
+
+def share_store(ranks: list[World], env: simpy.Environment):
+    """Give every rank the first rank's L3 store when its model is one pool all ranks fill
+    (``capacity_scope`` shared: Mooncake, NIXL, a file directory): SGLang's DP ranks write and look up
+    the same keys there, so a prefix one rank stored is a storage hit on the others. Returns that store,
+    or None (no store, or one each rank keeps for itself). Its clock becomes the shared one."""
+    store = ranks[0].cache.storage
+    if store is None or getattr(store, "pool", store).capacity_scope != "shared":
+        return None
+    getattr(store, "pool", store).clock = lambda: env.now
+    for rank in ranks[1:]:
+        rank.cache.storage = store
+    return store
+
+
+def _sum_counters(counters: list[dict]) -> dict:
+    """Counters over all ranks (each a count or seconds of its own rank)."""
+    out: dict = {}
+    for c in counters:
+        for key, v in c.items():
+            out[key] = out.get(key, 0) + v
+    return out
+
+
+def _merge_links(links: list[dict[str, dict]]) -> dict[str, dict]:
+    """Each link kind over the ranks: bytes, busy seconds and transfers summed, utilisation the mean of
+    the ranks' own links (each rank has its own PCIe and storage client)."""
+    out: dict[str, dict] = {}
+    for name in links[0]:
+        stats = [rank[name] for rank in links]
+        out[name] = {
+            "bytes": sum(s["bytes"] for s in stats),
+            "busy_s": sum(s["busy_s"] for s in stats),
+            "utilisation": sum(s["utilisation"] for s in stats) / len(stats),
+            "transfers": sum(s["transfers"] for s in stats),
+        }
+    return out
+
+
+def _merge_series(series: list[list[dict]]) -> list[dict]:
+    """The ranks' samples (taken on the same grid points) as one: pages and queues summed, link
+    utilisations averaged."""
+    out = []
+    for rows in zip(*series, strict=True):
+        row = {"t_s": rows[0]["t_s"]}
+        for key in rows[0]:
+            if key == "t_s":
+                continue
+            values = [r[key] for r in rows]
+            row[key] = sum(values) / len(values) if key.endswith("_util") else sum(values)
+        out.append(row)
+    return out
+
+
+def run_dp_timed(
+    resolved: Resolved,
+    workload: Workload,
+    *,
+    check_invariants: bool = False,
+    progress: Callable[[int], None] | None = None,
+    compute: StepTimeModel | None = None,
+    on_row: Callable[[dict], None] | None = None,
+    keep_transfers: bool = True,
+) -> DPResult:
+    """Simulate ``workload`` over the scenario's DP ranks in time (arguments as :func:`run_timed`)."""
+    world = DPWorld(
+        resolved,
+        workload,
+        compute=compute,
+        check_invariants=check_invariants,
+        progress=progress,
+        on_row=on_row,
+        keep_transfers=keep_transfers,
+    )
+    return world.run()
