@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,39 +28,34 @@ import pandas as pd
 
 from .core import HOST_EVICTION_RULES, WRITE_POLICIES
 from .core.config import BUFFER_ONLY_RESOLVED_POLICIES
-from .output.saturation import SATURATED
+from .output.advice_table import (  # noqa: F401  (the table's names, re-exported for advise's callers)
+    HIT,
+    KNEE_TOLERANCE,
+    POLICY,
+    RULE,
+    SIZE,
+    STORAGE,
+    TARGET_KINDS,
+    TIERS,
+    TTFT,
+    UPSTREAM_RULE,
+    VERDICT,
+    Advice,
+    Setup,
+    Target,
+    best_reachable,
+    curve,
+    ordered,
+    saturated,
+    smallest_meeting,
+)
 from .output.write import prepare_folder
 from .scenario import ScenarioError, build_scenario, resolve
 from .sweep import Point, plan, run_sweep
 
-SIZE, POLICY, RULE, STORAGE = "cache.host_size_gb", "cache.write_policy", "cache.host_eviction", "cache.storage_backend"
-HIT, TTFT = "hit_rate.total", "ttft_s.p99"
-#: A timed row's overload verdict (summary.json ``saturation``, output/saturation.py): a saturated run's
-#: TTFT measures a queue that grows as long as requests arrive, so it never meets a target.
-VERDICT = "saturation.verdict"
-TIERS = ("device", "host", "storage", "total")
-UPSTREAM_RULE = "evicted_only"  # SGLang's own host eviction; the other rules are hicache-sim's proposals
 # Host pool sizes tried by default, as multiples of the device pool (rounded to whole GB per rank,
 # since SGLang's --hicache-size is an integer).
 DEFAULT_RATIOS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
-# With no target: the smallest host within this much (absolute) of the best hit rate in the budget.
-KNEE_TOLERANCE = 0.01
-
-
-@dataclass(frozen=True)
-class Target:
-    """What to meet: ``hit_rate`` (>= value) or ``ttft_p99`` (<= value, seconds); value None = the knee."""
-
-    kind: str
-    value: float | None
-
-    @property
-    def column(self) -> str:
-        return TTFT if self.kind == "ttft_p99" else HIT
-
-    def meets(self, x: float, value: float | None = None) -> bool:
-        v = self.value if value is None else value
-        return x <= v if self.kind == "ttft_p99" else x >= v
 
 
 def check_target_args(hit: float | None, ttft: float | None, budget: float | None) -> Target:
@@ -74,23 +68,9 @@ def check_target_args(hit: float | None, ttft: float | None, budget: float | Non
         raise ScenarioError(f"--target-ttft-p99: expected seconds > 0, got {ttft:g}")
     if budget is not None and not (0 < budget < math.inf):
         raise ScenarioError(f"--host-budget-gb: expected GB per rank > 0, got {budget:g}")
-    return Target("ttft_p99", ttft) if ttft is not None else Target("hit_rate", hit)
-
-
-@dataclass
-class Setup:
-    """The base scenario for the sweeps and its grid."""
-
-    base: dict
-    sizes_gb: list[int]
-    axes: dict[str, list[Any]]
-    device_gb: float
-    bytes_per_token: int
-    ranks: int
-    calibration: str | None
-    notes: list[str] = field(default_factory=list)
-    buffer_only: bool = False  # the host is a staging buffer: hit-rate targets judged on timed runs
-    storage_backend: str = "none"  # the scenario's store (with one, advise adds the L3 verdict)
+    if ttft is not None:
+        return Target(TARGET_KINDS.get("ttft_p99"), ttft)
+    return Target(TARGET_KINDS.get("hit_rate"), hit)
 
 
 def setup(data: dict, source: str, set_args: list[str], budget: float | None, sizes: list[int] | None) -> Setup:
@@ -187,48 +167,6 @@ def node_limit(r: Any) -> tuple[int | None, str]:
     return cap, why
 
 
-def ordered(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows in the order advice prefers them: smallest host, highest hit rate, then SGLang's upstream
-    rule, registry order of policy and rule, storage off before on (less hardware for the same hits)."""
-    t = table.copy()
-    t["_rule"] = t[RULE].map(lambda r: (r != UPSTREAM_RULE, HOST_EVICTION_RULES.names().index(r)))
-    t["_policy"] = t[POLICY].map(WRITE_POLICIES.names().index)
-    t["_storage"] = (t[STORAGE] != "none") if STORAGE in t else False
-    t = t.sort_values(
-        [SIZE, HIT, "_rule", "_policy", "_storage"], ascending=[True, False, True, True, True], kind="stable"
-    )
-    return t.drop(columns=["_rule", "_policy", "_storage"]).reset_index(drop=True)
-
-
-def curve(table: pd.DataFrame) -> pd.DataFrame:
-    """The best configuration at each host size (the first row of each size in :func:`ordered`)."""
-    return ordered(table).groupby(SIZE, sort=True).head(1).reset_index(drop=True)
-
-
-def saturated(row: pd.Series) -> bool:
-    """Whether a timed row's run was saturated (instant rows, and points timed before the verdict
-    existed, are not)."""
-    return row.get(VERDICT) == SATURATED
-
-
-def smallest_meeting(table: pd.DataFrame, target: Target, value: float) -> pd.Series | None:
-    """The first row of :func:`ordered` meeting ``value`` on the target's column and not saturated, or None."""
-    t = ordered(table)
-    meets = t[target.column].map(lambda x: target.meets(x, value))
-    if VERDICT in t:
-        meets &= t[VERDICT] != SATURATED
-    ok = t[meets]
-    return None if ok.empty else ok.iloc[0]
-
-
-def best_reachable(table: pd.DataFrame, target: Target) -> pd.Series:
-    """The best value the table reaches on the target's column (ties: the smallest host)."""
-    t = ordered(table)
-    col = t[target.column]
-    best = col.min() if target.kind == "ttft_p99" else col.max()
-    return t[col == best].iloc[0]
-
-
 def point_of(row: pd.Series, keys: list[str]) -> Point:
     return Point(tuple((k, _plain(row[k])) for k in keys))
 
@@ -279,25 +217,6 @@ def validation_summary(root: Path) -> str:
     return "timed mode vs published runs (results/validation/): " + "; ".join(parts)
 
 
-@dataclass
-class Advice:
-    """The answer and what it was read from."""
-
-    target: Target
-    target_value: float
-    met: bool
-    chosen: pd.Series  # instant row (hit-rate target) or timed row (TTFT target)
-    chosen_instant: pd.Series  # the chosen configuration's instant row
-    timed: pd.Series | None  # the timed run of the chosen point, when one ran
-    instant: pd.DataFrame
-    timed_table: pd.DataFrame | None
-    upstream: pd.Series | None  # the same answer restricted to SGLang's upstream rule (an instant row
-    # for a hit-rate target, a timed row for TTFT), when the chosen rule is another
-    setup: Setup
-    validation: str
-    launch: tuple[str, list[str]] = ("", [])  # the SGLang command of the chosen point, and its notes
-
-
 def advise(
     data: dict,
     source: str,
@@ -343,9 +262,9 @@ def advise(
 
     upstream = None
     value = target.value
-    if target.kind == "hit_rate" and value is None:
+    if not target.kind.timed and value is None:
         value = max(0.0, inst[HIT].max() - KNEE_TOLERANCE)
-    if target.kind == "hit_rate" and not st.buffer_only:
+    if not target.kind.timed and not st.buffer_only:
         row = smallest_meeting(inst, target, value)
         met = row is not None
         chosen = row if met else best_reachable(inst, target)

@@ -174,7 +174,7 @@ def row(size, policy, rule, hit):
 
 
 def test_order_prefers_small_host_then_hit_rate_then_upstream_rule(monkeypatch):
-    import hicache_sim.advise as adv
+    import hicache_sim.output.advice_table as adv
     from hicache_sim.core.registry import Registry
 
     rules = Registry("host eviction rule", "cache.host_eviction")

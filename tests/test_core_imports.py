@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import hicache_sim.core
 
 CORE = Path(hicache_sim.core.__file__).resolve().parent
@@ -96,3 +98,33 @@ def test_core_modules_import_from_the_ground_floor_up():
     for m in sorted(graph):
         visit(m, [])
     assert order.index("errors") < order.index("policies") < order.index("state") < order.index("cache")
+
+
+#: The floors above each package: what it may never import, type-checking imports included (the
+#: orchestrators that run simulations and write folders sit above output/, and output/ above sim/).
+UPPER = ("hicache_sim.runner", "hicache_sim.sweep", "hicache_sim.advise", "hicache_sim.l3_pair", "hicache_sim.api")
+UPPER += ("hicache_sim.cli", "hicache_sim.instant")
+FLOORS = {
+    "sim": (*UPPER, "hicache_sim.output", "hicache_sim.calibration", "hicache_sim.replay", "hicache_sim.sglang"),
+    "output": UPPER,
+}
+
+
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_a_package_never_imports_the_floors_above_it(package):
+    root = CORE.parent / package
+    bad = []
+    for path in sorted(root.glob("*.py")):
+        pkg = f"hicache_sim.{package}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                names = [_absolute(node, pkg)]
+                names += [f"{names[0]}.{a.name}" for a in node.names] if names[0] == "hicache_sim" else []
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if any(name == up or name.startswith(up + ".") for up in FLOORS[package]):
+                    bad.append(f"{path.name}:{node.lineno} imports {name}")
+    assert not bad, bad

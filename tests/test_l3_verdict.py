@@ -19,6 +19,7 @@ from conftest import invoke
 
 from hicache_sim.core.policies import PREFETCH_STOP_POLICIES
 from hicache_sim.hardware.presets import GPUS, MODELS
+from hicache_sim.l3_pair import store_pair
 from hicache_sim.output.columns import Columns
 from hicache_sim.output.l3 import (
     TTFT_TOLERANCE,
@@ -26,7 +27,6 @@ from hicache_sim.output.l3 import (
     WAITS,
     LoadCosts,
     load_vs_recompute,
-    store_pair,
     verdict_line,
     with_without,
 )

@@ -66,7 +66,7 @@ def advise(
         if workers < 1:
             raise UserError(f"--workers: expected an integer >= 1, got {workers}")
         target = check_target_args(target_hit_rate, target_ttft_p99, host_budget_gb)
-        if instant_only and target.kind == "ttft_p99":
+        if instant_only and target.kind.timed:
             raise UserError("--target-ttft-p99 needs timed runs; drop --instant-only")
         data = load_scenario_data(scenario)
         st = setup(data, scenario, list(set_), host_budget_gb, _sizes(host_sizes_gb))
@@ -109,7 +109,7 @@ def advise(
             l3_note = f"L3 ({backend}): no verdict with --instant-only (it needs timed runs)"
         else:
             from ..advise import POLICY, RULE, SIZE, point_of
-            from ..output.l3 import store_pair
+            from ..l3_pair import store_pair
 
             typer.echo(f"L3 verdict: timing the recommendation with and without the store ({backend})", err=True)
             try:

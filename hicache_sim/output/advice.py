@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..advise import (
+from .advice_table import (
     HIT,
     KNEE_TOLERANCE,
     POLICY,
@@ -61,7 +61,7 @@ def refusal(a: Advice) -> str | None:
     """Why advise does not size from its timed runs: the one it would answer with is saturated (its TTFT
     is a queue growing while requests arrive). None when the answer stands, or rests on instant mode
     (a hit-rate target on a host cache: the saturated timed run only says its TTFT is the queue's)."""
-    on_timed = a.target.kind == "ttft_p99" or a.setup.buffer_only
+    on_timed = a.target.kind.timed or a.setup.buffer_only
     if a.timed is None or not saturated(a.timed) or not on_timed:
         return None
     return (
@@ -90,7 +90,7 @@ def upstream_record(a: Advice) -> dict[str, Any]:
     and TTFT (TTFT target, where it is a timed row), and whether it meets the target."""
     u = a.upstream
     rec: dict[str, Any] = {**_config(u), "meets_target": upstream_meets(a)}
-    if a.target.kind == "ttft_p99":
+    if a.target.kind.timed:
         rec.update(hit_rate_timed=_hits(u), ttft_p99_s=float(u[TTFT]), saturated=saturated(u))
     else:
         rec["hit_rate_instant"] = _hits(u)
@@ -99,11 +99,16 @@ def upstream_record(a: Advice) -> dict[str, Any]:
 
 def advice_dict(a: Advice, command: str, l3: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the text says, as data (``target.met`` is what a script should test); ``l3``: the
-    storage verdict of the recommendation (:func:`hicache_sim.output.l3.store_pair`), when it ran."""
+    storage verdict of the recommendation (:func:`hicache_sim.l3_pair.store_pair`), when it ran."""
     inst = a.chosen_instant
     out: dict[str, Any] = {
         "command": command,
-        "target": {"kind": a.target.kind, "value": a.target_value, "given": a.target.value is not None, "met": a.met},
+        "target": {
+            "kind": a.target.kind.name,
+            "value": a.target_value,
+            "given": a.target.value is not None,
+            "met": a.met,
+        },
         "recommendation": {
             **_config(a.chosen),
             "host_total_gb": int(a.chosen[SIZE]) * a.setup.ranks,
@@ -146,7 +151,7 @@ def confidence(a: Advice) -> list[str]:
         if not a.setup.buffer_only
         else "hit rates judged on timed mode (instant mode's shown beside them); TTFT from timed mode",
     ]
-    if a.target.kind == "ttft_p99":
+    if a.target.kind.timed:
         lines.append("TTFT was simulated only for the best-hit-rate configuration at each host size, smallest first")
     elif a.setup.buffer_only:
         lines.append(
@@ -161,7 +166,7 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
     c = a.chosen
     goal = (
         f"TTFT p99 <= {a.target_value:g} s"
-        if a.target.kind == "ttft_p99"
+        if a.target.kind.timed
         else f"total hit rate >= {a.target_value:.3f}"
         + ("" if a.target.value is not None else f" (no target given: best in the grid - {KNEE_TOLERANCE:g})")
     )
@@ -202,7 +207,7 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
             f"storage {t['storage']:.3f}); TTFT p50 {d['ttft_p50_s']:.3f} s, p99 {d['ttft_p99_s']:.3f} s"
             + (" (the queue's, not the cache's)" if saturated(a.timed) else "")
         )
-        if a.target.kind == "hit_rate" and a.met and not a.target.meets(t["total"], a.target_value):
+        if not a.target.kind.timed and a.met and not a.target.meets(t["total"], a.target_value):
             lines.append("  warning: under timed mode's load the hit rate falls below the target at this size")
     else:
         lines.append("  TTFT: not simulated (--instant-only)")
@@ -218,7 +223,7 @@ def advice_lines(a: Advice, l3: dict[str, Any] | None = None) -> list[str]:
         u = a.upstream
         if u is not None:
             how = "meets it at" if upstream_meets(a) else "best reachable:"
-            ttft = f", TTFT p99 {u[TTFT]:.3f} s" if a.target.kind == "ttft_p99" else ""
+            ttft = f", TTFT p99 {u[TTFT]:.3f} s" if a.target.kind.timed else ""
             ttft += " (saturated)" if saturated(u) else ""
             lines.append(
                 f"  with SGLang's upstream rule: {how} {int(u[SIZE])} GB per rank, {u[POLICY]}, "
@@ -253,7 +258,7 @@ def advice_figure(a: Advice, path: Path, title: str) -> None:
         ax.plot(g[SIZE], g[HIT], color="0.75", linewidth=0.8)
     best = curve(a.instant)
     ax.plot(best[SIZE], best[HIT], "o-", color="black", label="best configuration per size (instant)")
-    if a.target.kind == "hit_rate":
+    if not a.target.kind.timed:
         ax.axhline(a.target_value, color="tab:red", linestyle="--", linewidth=1, label=f"target {a.target_value:.3f}")
     chosen_hit = float(a.chosen_instant[HIT])
     ax.plot(
@@ -265,7 +270,7 @@ def advice_figure(a: Advice, path: Path, title: str) -> None:
         label=f"chosen: {int(a.chosen[SIZE])} GB, {a.chosen[POLICY]}, {a.chosen[RULE]}"
         + ("" if a.met else " (refused: saturated)" if refusal(a) else " (target not met)"),
     )
-    if a.timed_table is not None and a.target.kind == "ttft_p99":
+    if a.timed_table is not None and a.target.kind.timed:
         ax2 = ax.twinx()
         t = a.timed_table.sort_values(SIZE)
         ax2.plot(t[SIZE], t[TTFT], "s:", color="tab:purple", label="TTFT p99 (timed)")

@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from .columns import Columns
 
-if TYPE_CHECKING:
-    from ..runner import RunOutput
+
+class RunRows(Protocol):
+    """What :func:`attach_observed` reads and extends of a run (``runner.RunOutput`` has both): this floor
+    never imports the runner above it."""
+
+    summary: dict
+    request_columns: Columns
+
 
 KEY = b'"cached_tokens"'
 COLUMN = "observed_cached_tokens"
@@ -101,7 +107,7 @@ def observed_line(block: dict) -> str:
     )
 
 
-def attach_observed(out: RunOutput, trace: Path) -> None:
+def attach_observed(out: RunRows, trace: Path) -> None:
     """Add the ``observed`` block to ``out``'s summary (before ``scopes``) and the per-request column to
     its rows, when the trace carries ``cached_tokens``; otherwise leave ``out`` as it is."""
     cols = out.request_columns
