@@ -243,7 +243,7 @@ def _warn_overridden(r, scenario: str, knobs: dict[str, float]) -> None:
 
 #: Benchmark -> the scenario's workload.kind that reproduces it, and the field that sets its request count.
 BENCH_KIND = {
-    "bench-serving": ("bench_serving", "workload.bench_serving.num_prompts"),
+    "bench-serving": ("bench_serving", "workload.bench_serving.num_prompts (x mooncake_num_rounds)"),
     "bench-multiturn": ("multiturn", "workload.multiturn.num_clients x num_rounds"),
 }
 REPORT_KIND = "hicache-sim-bench-report"
