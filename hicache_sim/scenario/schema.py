@@ -20,11 +20,22 @@ from ..core import (
 )
 from ..core.routing import ROUTERS, check_method
 from ..core.schedule import check_policy
+from ..core.semantics import (
+    CHECKPOINT_HITS,
+    EVICT_AMOUNTS,
+    HOST_BACKUP_EVICTIONS,
+    PARENT_BACKUPS,
+    PREFETCH_FLOWS,
+    SEMANTICS,
+    WRITE_BACK_EVICTIONS,
+)
 from ..core.stores import STORE_MODELS, knob_readers
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
 from ..hardware.hfconfig import config_path, model_from_config
 from ..hardware.presets import (
     GPUS,
+    HOST_LAYOUTS,
+    IO_BACKENDS,
     LINKS,
     MODELS,
     STORAGE,
@@ -455,7 +466,20 @@ _REGISTRY_FIELDS = {
     "eviction_policy": EVICTION_STRATEGIES,
     "prefetch_policy": PREFETCH_STOP_POLICIES,
     "storage_backend": STORAGE,
+    "mem_layout": HOST_LAYOUTS,
+    "semantics": SEMANTICS,
+    "evict_amount": EVICT_AMOUNTS,
+    "parent_backup": PARENT_BACKUPS,
+    "host_backup_eviction": HOST_BACKUP_EVICTIONS,
+    "prefetch_flow": PREFETCH_FLOWS,
+    "write_back_eviction": WRITE_BACK_EVICTIONS,
+    "checkpoint_hits": CHECKPOINT_HITS,
 }
+
+
+def _choices(registry) -> str:
+    """A registry's names for a field description: the schema never lists them by hand."""
+    return " | ".join(registry.names())
 
 
 class CacheSpec(_Strict):
@@ -467,8 +491,8 @@ class CacheSpec(_Strict):
     host_alignment: Literal["up_plus_one", "down", "exact"] = Field(
         "up_plus_one", description="host pool page alignment: 2026 (+1 page), mid-2025 (down)"
     )
-    write_policy: str = Field("write_through", description="write_through | write_through_selective | write_back")
-    host_eviction: str = Field("evicted_only", description="evicted_only | reclaim_mirrors | boundary")
+    write_policy: str = Field("write_through", description=_choices(WRITE_POLICIES))
+    host_eviction: str = Field("evicted_only", description=_choices(HOST_EVICTION_RULES))
     host_memory_mode: Literal["cache", "buffer_only"] = Field("cache", description="host as cache or buffer")
     host_memory_fraction: float = Field(
         0.8,
@@ -477,18 +501,20 @@ class CacheSpec(_Strict):
         description="share of hardware.host_memory_gib (less SGLang's 10 GiB reserve) the host pools of all "
         "ranks may take when no host size is given (SGLang --hicache-host-memory-fraction)",
     )
-    eviction_policy: str = Field("lru", description="lru | lfu | fifo | mru | filo | priority | slru | tlru")
+    eviction_policy: str = Field("lru", description=_choices(EVICTION_STRATEGIES))
     eviction_policy_config: dict[str, Any] = Field(
         default_factory=dict,
         description="slru: protected_threshold; tlru: threshold, next_prompt_estimate (tokens, threshold larger)",
     )
     eviction_granularity: Literal["node", "page"] = Field("node", description="whole leaf nodes or exact pages")
-    io_backend: Literal["kernel", "direct"] = Field("kernel", description="host<->device copy backend")
-    mem_layout: Literal["layer_first", "page_first", "page_first_direct", "page_head", "page_first_kv_split"] = Field(
-        "page_first", description="host KV layout (page_head: MHA, kernel io; page_first_kv_split: Ascend only)"
+    io_backend: Literal[IO_BACKENDS] = Field("kernel", description="host<->device copy backend")
+    mem_layout: str = Field(
+        "page_first",
+        description=f"host KV layout: {_choices(HOST_LAYOUTS)} (what each io backend and model can copy: "
+        "hardware/presets.py HOST_LAYOUTS)",
     )
     storage_backend: str = Field("none", description="none or a storage preset")
-    prefetch_policy: str = Field("timeout", description="best_effort | wait_complete | timeout")
+    prefetch_policy: str = Field("timeout", description=_choices(PREFETCH_STOP_POLICIES))
     prefetch_threshold: int = Field(256, ge=0, description="smallest prefetch worth issuing, tokens")
     prefetch_timeout_base_s: float | None = Field(None, ge=0, description="timeout base (default by semantics)")
     prefetch_timeout_per_ki_token_s: float | None = Field(None, ge=0, description="timeout per 1024 tokens")
@@ -506,19 +532,26 @@ class CacheSpec(_Strict):
         "(--hicache-storage-prefetch-retry-max-attempts; era default: 8 in 2026, 0 in 2025)",
     )
     load_back_threshold: int = Field(10, ge=0, description="smallest load-back, tokens")
-    semantics: Literal["2025", "2026"] = Field("2026", description="upstream era where behaviour changed")
-    evict_amount: Literal["need", "deficit"] | None = Field(None, description="override of the era's rule")
-    parent_backup: Literal["none", "skip", "chain"] | None = Field(None, description="override")
-    host_backup_eviction: Literal["full_retry", "shortfall"] | None = Field(None, description="override")
-    prefetch_flow: Literal["prealloc", "after_hit"] | None = Field(None, description="override")
-    write_back_eviction: Literal["staged", "unified"] | None = Field(None, description="override")
-    checkpoint_hits: Literal["never", "past_inserted"] | None = Field(None, description="override")
+    semantics: str = Field("2026", description=f"upstream era where behaviour changed: {_choices(SEMANTICS)}")
+    evict_amount: str | None = Field(None, description=f"override of the era's rule: {_choices(EVICT_AMOUNTS)}")
+    parent_backup: str | None = Field(None, description=f"override: {_choices(PARENT_BACKUPS)}")
+    host_backup_eviction: str | None = Field(None, description=f"override: {_choices(HOST_BACKUP_EVICTIONS)}")
+    prefetch_flow: str | None = Field(None, description=f"override: {_choices(PREFETCH_FLOWS)}")
+    write_back_eviction: str | None = Field(None, description=f"override: {_choices(WRITE_BACK_EVICTIONS)}")
+    checkpoint_hits: str | None = Field(None, description=f"override: {_choices(CHECKPOINT_HITS)}")
+
+    @field_validator("semantics", mode="before")
+    @classmethod
+    def _era_as_name(cls, v: Any) -> Any:
+        """An era is a name that reads as a year: ``semantics: 2025`` (YAML's int, or ``--set``'s) is "2025"."""
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
     @field_validator(*_REGISTRY_FIELDS)
     @classmethod
-    def _registered(cls, v: str, info) -> str:
-        """Policy names come from the core's registries (the same ones the CLI help lists)."""
-        if info.field_name == "storage_backend" and v == "none":
+    def _registered(cls, v: str | None, info) -> str | None:
+        """Policy names come from the core's registries (the same ones the CLI help lists); an era
+        override left out (None) takes the era's."""
+        if v is None or (info.field_name == "storage_backend" and v == "none"):
             return v
         return _in_registry(_REGISTRY_FIELDS[info.field_name], v)
 
