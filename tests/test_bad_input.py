@@ -1668,3 +1668,76 @@ def test_bench_json_needs_a_timed_run(tmp_path):
     before = snapshot(tmp_path)
     assert_user_error(invoke("run", sc, "--out", tmp_path / "out", "--bench-json"), "--bench-json", "mode: timed")
     assert snapshot(tmp_path) == before
+
+
+# -------------------------------------------------------- data-parallel ranks (issue 29 item 5)
+
+DP_CASES = [
+    pytest.param(
+        {**TINY, "hardware": {"tp": 2, "dp": 2, "attn_dp": 2}},
+        ["hardware.dp 2 with hardware.attn_dp 2", "SGLang 0.5.23 refuses"],
+        id="dp-and-attn-dp",
+    ),
+    pytest.param({**TINY, "hardware": {"tp": 4, "attn_dp": 3}}, ["hardware.attn_dp 3 does not divide"], id="attn-dp"),
+    pytest.param({**TINY, "hardware": {"attn_dp": 0}}, ["hardware.attn_dp", "greater than 0"], id="attn-dp-zero"),
+    pytest.param(
+        {**TINY, "hardware": {"dp": 2, "load_balance_method": "follow_bootstrap_room"}},
+        ["hardware.load_balance_method", "not modelled", "disaggregation"],
+        id="pd-routing",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"dp": 2, "load_balance_method": "shortest_queue"}},
+        ["hardware.load_balance_method", "unknown load balance method", "round_robin"],
+        id="old-method",
+    ),
+]
+
+
+@pytest.mark.parametrize(("content", "fragments"), DP_CASES)
+@pytest.mark.parametrize("verb", ["run", "validate"])
+def test_bad_dp_fields(tmp_path, verb, content, fragments):
+    sc = write_scenario(tmp_path, content)
+    before = snapshot(tmp_path)
+    extra = ["--out", tmp_path / "out"] if verb == "run" else []
+    assert_user_error(invoke(verb, sc, *extra), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+DP_RUN_CASES = [
+    pytest.param(
+        {**TINY, "hardware": {"dp": 2, "load_balance_method": "total_requests"}},
+        ["hardware.load_balance_method", "only a timed run has"],
+        id="queue-method-instant",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"dp": 2}, "cache": {**TINY["cache"], "storage_backend": "mooncake"}},
+        ["share one L3 store", "mode: timed"],
+        id="shared-store-instant",
+    ),
+]
+
+
+@pytest.mark.parametrize(("content", "fragments"), DP_RUN_CASES)
+def test_dp_run_that_instant_mode_cannot_route(tmp_path, content, fragments):
+    sc = write_scenario(tmp_path, content)
+    before = snapshot(tmp_path)
+    assert_user_error(invoke("run", sc, "--out", tmp_path / "out"), *fragments)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragments"),
+    [
+        (
+            ["--dp-size", "2", "--load-balance-method", "follow_bootstrap_room"],
+            ["--load-balance-method", "not modelled"],
+        ),
+        (["--tp", "2", "--dp-size", "2", "--attn-dp-size", "2"], ["hardware.dp 2 with hardware.attn_dp 2"]),
+        (["--dp-size", "2", "--load-balance-method", "shortest_queue"], ["--load-balance-method", "shortest_queue"]),
+    ],
+    ids=["pd-routing", "dp-and-attn-dp", "0.5.2-method"],
+)
+def test_bad_dp_flags_of_from_sglang(tmp_path, flags, fragments):
+    out = tmp_path / "s.yaml"
+    assert_user_error(invoke("from-sglang", "--out", out, "--", *LAUNCH, *flags), *fragments)
+    assert snapshot(tmp_path) == {}
