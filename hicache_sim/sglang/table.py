@@ -37,6 +37,7 @@ from ..core.routing import ROUTERS, check_method
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
 from ..hardware.presets import HOST_LAYOUTS, IO_BACKENDS, MODELS, STORAGE
+from ..scenario.resolve import DEFAULT_HOST_RATIO
 from ..scenario.schema import AUTO
 from .flags import SglangArgsError, known_flags
 from .models import hf_id, local_config, model_path_of, preset_for
@@ -330,8 +331,9 @@ def _positive(flag: str, raw: str) -> int:
     return v
 
 
-# Host pool: ratio 2 (cache) or 1.2 (buffer_only) unless given; --hicache-size (GB, int) overrides.
-_DEFAULT_RATIO = {"cache": 2.0, "buffer_only": 1.2}
+# Host pool: SGLang's default ratio per host memory mode (scenario/resolve.py, the one source) unless
+# given; --hicache-size (GB, int) overrides.
+_DEFAULT_RATIO = DEFAULT_HOST_RATIO
 _HOST_FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "--hicache-size", "--hicache-host-memory-mode")
 
 
