@@ -173,3 +173,17 @@ def add_dp_block(summary: dict, table: Columns, links: list[dict] | None, counte
     scopes = summary.pop("scopes")
     summary["dp_ranks"] = block
     summary["scopes"] = {**scopes, "dp_ranks": SCOPE}
+
+
+def dp_table(block: list[dict]) -> str:
+    """The per-rank lines ``run`` prints under the summary line."""
+    lines = ["per DP rank (hit rate = cached / prompt tokens of its finished requests in the window; seconds):"]
+    for row in block:
+        ttft = row.get("ttft_s")
+        times = f", TTFT p50 {ttft['p50']:.3f} p99 {ttft['p99']:.3f}" if ttft and ttft["p50"] is not None else ""
+        rate = row["hit_rate"]
+        lines.append(
+            f"  rank {row['dp_rank']}: {row['requests']} requests, hit rate device {rate['device']:.4f} host "
+            f"{rate['host']:.4f} storage {rate['storage']:.4f} total {rate['total']:.4f}{times}"
+        )
+    return "\n".join(lines)

@@ -238,3 +238,34 @@ def test_instant_mode_refuses_ranks_that_share_a_store():
 
     with pytest.raises(ConfigError, match=r"share one L3 store.*use mode: timed"):
         _run("instant", _session(), dp=2, storage="mooncake")
+
+
+def test_run_prints_and_writes_each_rank(tmp_path):
+    """``run`` prints one line per rank under the summary line; the result folder holds the dp_rank
+    column, the per-rank block and every rank's transfers."""
+    import json
+
+    import pyarrow.parquet as pq
+    from conftest import invoke
+
+    out = tmp_path / "out"
+    res = invoke(
+        "run",
+        "builtin:multiturn_llama8b_h200",
+        "--out",
+        out,
+        "--set",
+        "hardware.dp=2",
+        "--set",
+        "workload.multiturn.num_clients=4",
+        "--set",
+        "workload.multiturn.num_rounds=2",
+        "--set",
+        "metrics.transfer_log=true",
+    )
+    assert res.exit_code == 0, res.output
+    assert "per DP rank" in res.output and "  rank 1: 4 requests" in res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["requests"] for r in summary["dp_ranks"]] == [4, 4]
+    assert sorted(pq.read_table(out / "requests.parquet").column("dp_rank").to_pylist()) == [0] * 4 + [1] * 4
+    assert set(pq.read_table(out / "transfers.parquet").column("dp_rank").to_pylist()) == {0, 1}

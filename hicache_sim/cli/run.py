@@ -159,6 +159,10 @@ def run(
         from ..output.observed import observed_line
 
         typer.echo(observed_line(result.summary["observed"]))
+    if "dp_ranks" in result.summary:
+        from ..dp_run import dp_table
+
+        typer.echo(dp_table(result.summary["dp_ranks"]))
     if "rounds" in result.summary:
         typer.echo(rounds_table(result.summary["rounds"]))
     if "serving" in result.summary:
