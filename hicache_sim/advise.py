@@ -137,7 +137,7 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
         axes,
         device_gb,
         r.bytes_per_token,
-        hw.tp * hw.pp,
+        hw.tp * hw.pp * hw.dp,  # every GPU rank's host pool: --dp-size replicas have their own GPUs
         hw.calibration,
         notes,
         buffer,

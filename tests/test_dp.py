@@ -269,3 +269,20 @@ def test_run_prints_and_writes_each_rank(tmp_path):
     assert [r["requests"] for r in summary["dp_ranks"]] == [4, 4]
     assert sorted(pq.read_table(out / "requests.parquet").column("dp_rank").to_pylist()) == [0] * 4 + [1] * 4
     assert set(pq.read_table(out / "transfers.parquet").column("dp_rank").to_pylist()) == {0, 1}
+
+
+def test_advise_counts_the_host_pools_of_every_replica():
+    """advise's total host memory is its size per rank x every rank holding a host pool: --dp-size
+    replicas have GPUs of their own (tp 2 x dp 3 = 6); attention-DP groups share the tp ranks (tp 2)."""
+    from hicache_sim.advise import setup
+
+    base = {
+        "name": "a",
+        "mode": "instant",
+        "model": "llama-3.1-8b",
+        "cache": {"page_size": 64},
+        "workload": {"kind": "trace", "trace": {"path": "builtin:mooncake/conversation_trace.jsonl", "limit": 10}},
+    }
+    replicas = setup({**base, "hardware": {"gpu": "h200", "tp": 2, "dp": 3}}, "a.yaml", [], None, None)
+    groups = setup({**base, "hardware": {"gpu": "h200", "tp": 2, "attn_dp": 2}}, "a.yaml", [], None, None)
+    assert (replicas.ranks, groups.ranks) == (6, 2)
