@@ -286,3 +286,27 @@ def test_advise_counts_the_host_pools_of_every_replica():
     replicas = setup({**base, "hardware": {"gpu": "h200", "tp": 2, "dp": 3}}, "a.yaml", [], None, None)
     groups = setup({**base, "hardware": {"gpu": "h200", "tp": 2, "attn_dp": 2}}, "a.yaml", [], None, None)
     assert (replicas.ranks, groups.ranks) == (6, 2)
+
+
+def test_saturation_counts_every_rank_as_capacity():
+    """Two ranks serve twice the requests per GPU second of one: the saturation block's capacity of the
+    same finished rows doubles, and its utilisation halves."""
+    from hicache_sim.output.columns import Columns
+    from hicache_sim.output.saturation import saturation_block
+
+    res = _run("timed", _session(turns=6, gap_s=0.05))
+    finished = res.request_columns
+    blocks = [
+        saturation_block(
+            resolve(_scenario("timed", dp=dp)),
+            finished,
+            finished,
+            Columns.from_rows([]),
+            open_loop=True,
+            served=res.summary["throughput"],
+        )
+        for dp in (1, 2)
+    ]
+    one, two = (b["capacity"]["requests_per_s"] for b in blocks)
+    assert two == pytest.approx(2 * one)
+    assert blocks[1]["utilisation"] == pytest.approx(blocks[0]["utilisation"] / 2)

@@ -13,7 +13,8 @@ own after the context before it; the last, shorter piece shares a step with ``bu
 like it. Decode: each output token's share of a step of ``B`` requests like it, ``B`` the decode batch
 the device pool holds (``min(max_running_requests, device tokens / mean prompt + output)``). Each step
 pays the scheduler's ``step_overhead_s`` once (per micro-batch in decode), as the engine charges it.
-``capacity = requests / sum of their GPU seconds``; the same in prompt tokens per second. It is the
+``capacity = requests / sum of their GPU seconds`` (times the data-parallel ranks, each serving its
+share on GPUs of its own); the same in prompt tokens per second. It is the
 throughput a run whose queue never empties reaches (within 2% in tests/test_saturation.py, 0.2% on the
 Mooncake conversation trace), counting each request's work once: a run whose decode batch overflows the
 pool retracts requests and prefills them again (``retractions`` in requests.parquet) and serves less.
@@ -203,8 +204,9 @@ def saturation_block(
         hit = sum(np.asarray(finished[f"{t}_hit_tokens"], dtype=np.int64) for t in ("device", "host", "storage"))
         dm = demand_model(r, float((p + o).mean()))
         work = math.fsum(dm(int(a), int(b), int(c)) for a, b, c in zip(p, hit, o, strict=True))
-        capacity_rps = len(finished) / work if work > 0 else None
-        capacity_tps = float(p.sum()) / work if work > 0 else None
+        # Each data-parallel rank serves its share on GPUs of its own: the ranks together serve dp_ranks x.
+        capacity_rps = r.dp_ranks * len(finished) / work if work > 0 else None
+        capacity_tps = r.dp_ranks * float(p.sum()) / work if work > 0 else None
         if capacity_rps and offered_rps is not None:
             util = offered_rps / capacity_rps
     slope = None
