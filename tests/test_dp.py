@@ -310,3 +310,10 @@ def test_saturation_counts_every_rank_as_capacity():
     one, two = (b["capacity"]["requests_per_s"] for b in blocks)
     assert two == pytest.approx(2 * one)
     assert blocks[1]["utilisation"] == pytest.approx(blocks[0]["utilisation"] / 2)
+
+
+def test_attention_dp_pages_hold_the_group_s_kv_heads():
+    """page_head copies move each KV head apart: under attention DP a rank holds the heads of its group
+    (Llama-3.1-8B's 8 over tp 8 / attn_dp 4 = 2 ranks: 4), not of all tp ranks (1)."""
+    assert resolve(_scenario("timed", tp=8)).kv_heads_per_rank == 1
+    assert resolve(_scenario("timed", tp=8, attn_dp=4)).kv_heads_per_rank == 4

@@ -88,7 +88,7 @@ class Resolved:
         """KV heads one rank's pool holds (MLA: its one latent), what a page_head copy moves apart."""
         if self.model.attention == "mla":
             return 1
-        return max(1, self.model.num_kv_heads // self.scenario.hardware.tp)
+        return max(1, self.model.num_kv_heads // attn_tp(self.scenario.hardware))
 
     @property
     def dp_ranks(self) -> int:
