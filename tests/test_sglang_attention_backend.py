@@ -1,6 +1,6 @@
-"""``--attention-backend``: from-sglang records it as ``hardware.attention_backend`` and says its speed is
-not modelled (attention is timed at ``hardware.attention_mfu`` for every backend: no published
-measurement gives one factor per backend, so the deployment's own server log fits it through
+"""``--attention-backend``: from-sglang records it as ``hardware.attention_backend`` and says whether its
+speed is modelled (only a backend whose prefill kernel has a rule in ``hardware/attention.py``, triton;
+the others run at ``hardware.attention_mfu``, which the deployment's own server log fits through
 ``calibrate``); sglang-args writes it back; the MLA backends that fix the page size still do."""
 
 from __future__ import annotations
@@ -18,15 +18,20 @@ from hicache_sim.sim.compute import ComputeModel
 LLAMA = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct"
 
 
-def test_the_backend_is_recorded_noted_as_not_modelled_and_written_back():
-    conv = from_command(f"{LLAMA} --attention-backend triton")
-    assert conv.data["hardware"]["attention_backend"] == "triton"
-    assert conv.scenario.hardware.attention_backend == "triton"
-    assert "--attention-backend" not in conv.unmodelled  # read, and its note says what is not modelled
-    (note,) = [n for n in conv.notes if n.startswith("--attention-backend triton")]
-    assert "its speed not modelled" in note and "hardware.attention_mfu" in note and "calibrate" in note
+@pytest.mark.parametrize(
+    ("backend", "says"),
+    [("flashinfer", "its speed not modelled"), ("triton", "its prefill attention timed by its kernel's tiling")],
+)
+def test_the_backend_is_recorded_noted_and_written_back(backend, says):
+    """A backend without a kernel rule is noted as not modelled; triton, which has one, is noted as timed."""
+    conv = from_command(f"{LLAMA} --attention-backend {backend}")
+    assert conv.data["hardware"]["attention_backend"] == backend
+    assert conv.scenario.hardware.attention_backend == backend
+    assert "--attention-backend" not in conv.unmodelled  # read, and its note says what is modelled
+    (note,) = [n for n in conv.notes if n.startswith(f"--attention-backend {backend}")]
+    assert says in note and "hardware.attention_mfu" in note and "calibrate" in note
     tokens, _ = to_command(conv.scenario)
-    assert parse_command(tokens).args["--attention-backend"] == "triton"
+    assert parse_command(tokens).args["--attention-backend"] == backend
     assert to_command(from_command(tokens).scenario)[0] == tokens
 
 
@@ -68,14 +73,16 @@ def test_a_backend_outside_sglangs_choices_is_refused_as_sglang_refuses_it():
     assert str(err.value).endswith("SGLang refuses it at start-up unless a plugin adds it")
 
 
-def test_the_backend_changes_no_step_time():
-    """The decision this pins: the compute model has no per-backend factor (a calibration fits
-    ``attention_mfu`` instead); a recorded backend leaves prefill and decode times as they were."""
-    plain = resolve(load_scenario("builtin:default"))
-    triton = resolve(load_scenario("builtin:default", ["hardware.attention_backend=triton"]))
-    a, b = ComputeModel.from_resolved(plain), ComputeModel.from_resolved(triton)
-    assert a.prefill_time([(4096, 8192)]) == b.prefill_time([(4096, 8192)])
-    assert a.decode_time(64, 64 * 4096) == b.decode_time(64, 64 * 4096)
+def test_only_a_backend_with_a_kernel_rule_changes_a_step_time():
+    """The decision this pins: no per-backend factor; a backend changes prefill only through its kernel's
+    rule (hardware/attention.py: triton), and decode not at all."""
+    plain = ComputeModel.from_resolved(resolve(load_scenario("builtin:default")))
+    for backend, changes in (("fa3", False), ("flashinfer", False), ("triton", True)):
+        m = ComputeModel.from_resolved(
+            resolve(load_scenario("builtin:default", [f"hardware.attention_backend={backend}"]))
+        )
+        assert (m.prefill_time([(4096, 8192)]) != plain.prefill_time([(4096, 8192)])) is changes, backend
+        assert m.decode_time(64, 64 * 4096) == plain.decode_time(64, 64 * 4096)
 
 
 def test_a_scenario_backend_is_printed_by_sglang_args():

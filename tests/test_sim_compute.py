@@ -340,3 +340,68 @@ def test_every_decode_step_pays_its_layers_small_kernels():
     pp4_roof = ComputeModel.from_resolved(resolved(hardware={"pp": 4, **ROOFLINE}))
     # one token crosses the four stages of 8 layers: the same 32 layers' cost
     assert pp4.decode_time(1, 1000) - pp4_roof.decode_time(1, 1000) == pytest.approx(32 * 47e-6)
+
+
+# --- attention backends with a rule (hardware/attention.py) ----------------------------------------
+
+#: Qwen3-8B on one A100-SXM4-40GB under --attention-backend triton, as the Mooncake SSD-offload case runs it.
+TRITON_A100 = {"gpu": "a100-40g", "tp": 1, "attention_backend": "triton", **ROOFLINE}
+
+
+def test_triton_prefill_rereads_the_prefix_once_per_query_head_and_tile():
+    """SGLang 0.5.23's triton extend kernel on sm80 at head dim 128 takes BLOCK_M 128; each of 32 query
+    heads x ceil(4096 / 128) = 32 tiles streams the 28,672 cached tokens' K and V of its KV head (2 x 128
+    x 2 B) with an int64 index each, then the new tokens' K and V up to its own tile's end; Q in and O
+    out once. Derived by hand, per layer, times 36 layers; the kernel is then HBM-bound (1.2 x its FLOPs
+    time at the preset efficiencies) and the step is GEMMs + that kernel."""
+    r = resolved(model={"preset": "qwen3-8b"}, hardware=TRITON_A100)
+    p = ComputeParams.from_resolved(r)
+    assert (p.attn_tile_rows, p.attn_heads, p.attn_kv_bytes, p.attn_index_bytes) == (128, 32, 512.0, 8.0)
+    n, c = 4096, 28672
+    prefix = 32 * c * (512 + 8)  # 32 tiles
+    extend = sum(min(n, 128 * (m + 1)) for m in range(32)) * 512  # causal: up to each tile's end
+    per_layer = 32 * (prefix + extend) + n * 4096 * 2 * 2
+    assert ComputeModel(p).attention_bytes([(n, c)]) == 36 * per_layer
+    hbm = 1555e9 * 0.8
+    flops = 4 * 36 * 4096 * (n * c + n * (n + 1) / 2)
+    kernel = max(flops / (312e12 * 0.6), 36 * per_layer / hbm)
+    assert 36 * per_layer / hbm / (flops / (312e12 * 0.6)) == pytest.approx(1.2, abs=0.02)  # memory-bound
+    linear = 2 * p.active_params * n / (312e12 * 0.7)
+    assert ComputeModel(p).prefill_time([(n, c)]) == pytest.approx(max(linear, p.weight_bytes / hbm) + kernel)
+    # A tile the new tokens do not fill is still one program: 200 tokens are 2 tiles, reading 128 + 200.
+    assert ComputeModel(p).attention_bytes([(200, 1000)]) == 36 * (
+        32 * (2 * 1000 * 520 + (128 + 200) * 512) + 200 * 4096 * 4
+    )
+
+
+def test_backends_without_a_rule_keep_the_roofline_and_decode_is_unchanged():
+    """SGLang's default (no backend given), flashinfer and fa3 have no rule: the same step times to the
+    bit. triton changes prefill only; an MLA model under triton runs other kernels and keeps the roofline."""
+    base = ComputeModel.from_resolved(resolved(model={"preset": "qwen3-8b"}, hardware={"gpu": "a100-40g"}))
+    for backend in ("flashinfer", "fa3"):
+        other = resolved(model={"preset": "qwen3-8b"}, hardware={"gpu": "a100-40g", "attention_backend": backend})
+        m = ComputeModel.from_resolved(other)
+        assert m.params == base.params
+        assert m.prefill_time([(4096, 28672)]) == base.prefill_time([(4096, 28672)])
+    triton = ComputeModel.from_resolved(resolved(model={"preset": "qwen3-8b"}, hardware=TRITON_A100))
+    plain = ComputeModel.from_resolved(
+        resolved(model={"preset": "qwen3-8b"}, hardware={"gpu": "a100-40g", "tp": 1, **ROOFLINE})
+    )
+    assert triton.prefill_time([(4096, 28672)]) > plain.prefill_time([(4096, 28672)])
+    assert triton.decode_time(16, 16 * 30000) == plain.decode_time(16, 16 * 30000)
+    mla = resolved(model={"preset": "deepseek-v3"}, hardware={"gpu": "h200", "tp": 8, "attention_backend": "triton"})
+    assert ComputeParams.from_resolved(mla).attn_tile_rows == 0
+
+
+def test_every_gpu_preset_has_an_architecture_the_triton_rule_knows():
+    """A GPU preset added without its architecture would fail only under --attention-backend triton."""
+    from hicache_sim.hardware.attention import ATTENTION_RULES, GPU_ARCH
+    from hicache_sim.hardware.presets import GPUS
+
+    assert set(GPU_ARCH) == set(GPUS.names())
+    rule = ATTENTION_RULES.get("triton")
+    # sglang 0.5.23 _get_block_sizes_for_extend_attention at head dims 64 / 128 / 256 / 576
+    want = {"sm80": (128, 128, 64, 32), "sm86": (64, 64, 64, 32), "sm90": (128, 128, 64, 32), "sm100": (64, 64, 64, 16)}
+    for arch, rows in want.items():
+        assert tuple(rule.tile_rows(arch, d) for d in (64, 128, 256, 576)) == rows, arch
+    assert rule.tile_rows("gfx942", 128) == 64

@@ -376,9 +376,10 @@ class HardwareSpec(_Strict):
         None,
         min_length=1,
         description="SGLang --attention-backend the deployment runs (null: SGLang's choice for the model "
-        "and GPU). Recorded, and written back by sglang-args; it changes no step time: attention runs at "
-        "attention_mfu whatever the kernel (no published measurement gives one factor per backend: fit "
-        "attention_mfu with hicache-sim calibrate SERVER_LOG)",
+        "and GPU). Written back by sglang-args. A backend whose prefill kernel has a rule "
+        "(hicache_sim/hardware/attention.py: triton) times that kernel as a roofline over the bytes its "
+        "tiling reads (every program re-reads the cached prefix); any other runs attention at "
+        "attention_mfu (fit it with hicache-sim calibrate SERVER_LOG)",
     )
     step_overhead_us: float = Field(200.0, ge=0, le=MAX_COST_US, description="fixed cost per scheduler step, us")
     decode_us_per_layer: float = Field(

@@ -8,8 +8,8 @@ Defaults, from sglang 0.5.23 (``sglang/srt/arg_groups/fields/*.py`` and the reso
 ``--chunked-prefill-size`` and ``--max-running-requests`` unset (the scenario's ``auto``, which
 resolves them as SGLang does: see :mod:`hicache_sim.hardware.memory`), ``--max-prefill-tokens`` 16384,
 ``--schedule-policy`` fcfs, ``--radix-eviction-policy`` lru, ``--attention-backend`` unset (SGLang picks one
-for the model and GPU; a backend given is recorded as ``hardware.attention_backend``, its speed not
-modelled), HiCache off unless
+for the model and GPU; a backend given is recorded as ``hardware.attention_backend``, its speed
+modelled only where ``hardware/attention.py`` has its kernel's rule), HiCache off unless
 ``--enable-hierarchical-cache``, then ``--hicache-ratio`` 2 (1.2 in buffer_only mode; ``--hicache-size``
 in GB overrides it; with neither, the ratio shrinks to fit ``--hicache-host-memory-fraction`` 0.8 of the
 host's memory when the scenario gives ``hardware.host_memory_gib``), write_through, kernel io,
@@ -36,6 +36,7 @@ from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
 from ..core.routing import ROUTERS, check_method
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
+from ..hardware.attention import ATTENTION_RULES
 from ..hardware.presets import HOST_LAYOUTS, IO_BACKENDS, MODELS, STORAGE
 from ..scenario.resolve import DEFAULT_HOST_RATIO
 from ..scenario.schema import AUTO
@@ -271,9 +272,10 @@ def _backend(ctx: ReadContext) -> str | None:
 
 
 def _backend_read(ctx: ReadContext) -> dict[str, Any]:
-    """``--attention-backend``: recorded as ``hardware.attention_backend``. No backend changes a step's
-    time in the compute model (attention runs at ``hardware.attention_mfu`` whatever the kernel): the
-    note says so, and that a server log of the deployment fits it (``hicache-sim calibrate``)."""
+    """``--attention-backend``: recorded as ``hardware.attention_backend``. A backend with a kernel rule
+    (``hardware/attention.py``: triton) has its prefill attention timed by the bytes its tiling reads;
+    any other runs at ``hardware.attention_mfu`` whatever the kernel. The note says which, and that a
+    server log of the deployment fits the efficiencies (``hicache-sim calibrate``)."""
     raw = ctx.args.get(_BACKEND_FLAG)
     if raw is None:
         return {}
@@ -281,10 +283,16 @@ def _backend_read(ctx: ReadContext) -> dict[str, Any]:
     if name != raw:
         ctx.notes.append(f"{_BACKEND_FLAG} {raw}: deprecated; SGLang runs it as {name}")
     pages = " (its page size is: --page-size)" if name in _BACKEND_PAGES else ""
+    speed = (
+        "its prefill attention timed by its kernel's tiling (hicache_sim/hardware/attention.py), decode "
+        "attention at hardware.attention_mfu"
+        if name in ATTENTION_RULES
+        else "its speed not modelled: attention is timed at hardware.attention_mfu for every backend "
+        f"without a kernel rule ({', '.join(ATTENTION_RULES.names())} has one)"
+    )
     ctx.notes.append(
-        f"{_BACKEND_FLAG} {name}: recorded as hardware.attention_backend, its speed not modelled{pages}: "
-        "attention is timed at hardware.attention_mfu for every backend; fit it to this deployment "
-        "with hicache-sim calibrate SERVER_LOG --scenario S"
+        f"{_BACKEND_FLAG} {name}: recorded as hardware.attention_backend, {speed}{pages}; fit the "
+        "efficiencies to this deployment with hicache-sim calibrate SERVER_LOG --scenario S"
     )
     return {"hardware.attention_backend": name}
 

@@ -52,6 +52,25 @@ stage after ``pp`` times that (``prefill_latency``); a decode step keeps the pip
 times of its micro-batch. Activation transfers between stages are not modelled.
 A step also pays ``step_overhead_s`` (scheduling, kernel launch), once per micro-batch.
 
+Attention backends whose prefill kernel the model knows (``ATTENTION_RULES``, keyed by
+``hardware.attention_backend``) time their attention as a kernel of its own, a roofline over the bytes
+its tiling reads: ``attention = max(FLOPs / (peak x attention_mfu), bytes / (HBM x hbm_efficiency))``
+and ``gpu = max(linear, weights / (HBM x eff)) + attention + unsplit + allreduce``. SGLang 0.5.23's
+triton extend kernel (``kernels/ops/attention/extend_attention.py``) runs one program per (request,
+query head, tile of ``BLOCK_M`` new tokens); each program streams the request's whole cached prefix,
+K and V of its KV head, gathered token by token through the page table (an int64 slot index per
+token), then the new tokens' K and V up to its own tile (causal), so a chunk of ``n`` new tokens
+after ``c`` cached ones reads per layer (``kv = 2 x head_dim x kv_bytes``: K and V of one head and token)
+    heads x (ceil(n / BLOCK_M) x c x (kv + 8) + sum_m min(n, (m + 1) BLOCK_M) x kv)
+plus Q read and O written once (``heads``: query heads per rank; nothing shared between the query
+heads of a GQA group or between tiles). ``BLOCK_M`` is the kernel's per-architecture, per-head-dim
+table (``TRITON_EXTEND_BLOCK_M``). The bytes are counted at HBM: no credit for the L2 hits of
+programs that read the same tile at the same time, an upper bound on the traffic, which SGLang's own
+measurement supports for this kernel (sgl-project/sglang#34461: doubling BLOCK_M, which halves these
+re-reads and leaves the FLOPs, cut the kernel 43 % on MI350X). A backend without a rule (SGLang's
+defaults: flashinfer on Ampere and Ada, fa3 on Hopper, trtllm_mha on Blackwell) keeps the roofline
+above, which reads the context's KV once per step. Decode is not affected by the rule.
+
 The model is a class with a small interface (``prefill_time``, ``decode_time``, ``num_layers``,
 ``step_overhead_s``, ``pp``) so a calibrated model can replace it; ``ComputeParams.with_overrides``
 takes the fields a calibration file measures.
@@ -66,7 +85,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..core.sizing import DTYPE_BYTES
 from ..hardware.allreduce import CUSTOM_MAX_MIB, MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB, AllReduceParams, allreduce_time
+from ..hardware.attention import ATTENTION_RULES, GPU_ARCH
 from ..hardware.presets import WEIGHT_BYTES, ModelPreset
 from ..scenario import Resolved, compute_knobs
 from ..scenario.resolve import PREFILL_FLOOR_KNOB
@@ -117,6 +138,13 @@ class ComputeParams:
     prefill_host_s_per_layer: float = 0.0
     # GPU seconds per layer of a decode step beyond the roofline: its small kernels' fixed durations.
     decode_s_per_layer: float = 0.0
+    # An attention backend with a rule (ATTENTION_RULES; 0 rows: none): query rows per program tile,
+    # query heads per rank, bytes of K and V of one head, one token and layer, and of the page index
+    # per prefix token.
+    attn_tile_rows: int = 0
+    attn_heads: int = 0
+    attn_kv_bytes: float = 0.0
+    attn_index_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "linear_mfu", "attention_mfu", "hbm_Bps", "hbm_efficiency", "num_layers"):
@@ -137,6 +165,10 @@ class ComputeParams:
             "unsplit_bytes_per_token",
             "prefill_host_s_per_layer",
             "decode_s_per_layer",
+            "attn_tile_rows",
+            "attn_heads",
+            "attn_kv_bytes",
+            "attn_index_bytes",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"compute.{name} must be >= 0, got {getattr(self, name)}")
@@ -193,6 +225,7 @@ class ComputeParams:
             unsplit_bytes_per_token=unsplit_bytes_per_token(m, r.stage_layers),
             prefill_host_s_per_layer=k[PREFILL_FLOOR_KNOB[r.prefill_graph]] * 1e-6,
             decode_s_per_layer=k["decode_us_per_layer"] * 1e-6,
+            **attention_rule_fields(r),
         )
 
     def with_overrides(self, **changes: float) -> ComputeParams:
@@ -201,6 +234,23 @@ class ComputeParams:
         if unknown:
             raise ValueError(f"unknown compute parameter(s): {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **changes)
+
+
+def attention_rule_fields(r: Resolved) -> dict[str, float]:
+    """The ``ComputeParams`` fields of the scenario's attention backend's rule: none (the roofline)
+    when the backend is SGLang's default or has no rule, or the model's attention is MLA (its prefill
+    runs other kernels)."""
+    backend = r.scenario.hardware.attention_backend
+    if backend is None or backend not in ATTENTION_RULES or r.model.attention != "mha":
+        return {}
+    rule = ATTENTION_RULES.get(backend)
+    head_dim = r.model.head_dim
+    return {
+        "attn_tile_rows": rule.tile_rows(GPU_ARCH[r.gpu.name], head_dim),
+        "attn_heads": r.model.q_heads // r.scenario.hardware.tp,
+        "attn_kv_bytes": 2.0 * head_dim * DTYPE_BYTES[r.scenario.model.dtype],
+        "attn_index_bytes": float(rule.index_bytes),
+    }
 
 
 def unsplit_bytes_per_token(model: ModelPreset, layers: int) -> float:
@@ -292,6 +342,8 @@ class ComputeModel:
         # as the slower of the two (the host's part runs concurrently with the GPU's).
         self._prefill_floor = params.num_layers * params.prefill_host_s_per_layer
         self._decode_fixed = params.num_layers * params.decode_s_per_layer
+        # A backend with a rule reads each new token's Q and writes its O once: bf16 rows of attn_width.
+        self._qo_bytes = 2.0 * params.attn_width * ACTIVATION_BYTES
 
     @classmethod
     def from_resolved(cls, r: Resolved, **overrides: float) -> ComputeModel:
@@ -352,16 +404,42 @@ class ComputeModel:
         tokens = 0
         pairs = 0.0
         context = 0
+        kernel_bytes = 0.0  # under an attention rule
         for n, c in chunks:
             tokens += n
             pairs += n * c + n * (n + 1) / 2.0
             context += c
+            if p.attn_tile_rows:
+                kernel_bytes += self._chunk_attention_bytes(n, c)
         if tokens == 0:
             return 0.0
+        if p.attn_tile_rows:
+            # The attention kernel as its own roofline over the bytes its tiling reads.
+            dense = max(self.linear_time(tokens), self.weights_read(tokens) / self._hbm)
+            attention = max(self._attn * pairs / self._attention, kernel_bytes / self._hbm)
+            gpu = dense + attention + self.unsplit_time(tokens) + self.allreduce_time(tokens)
+            return max(gpu, self._prefill_floor)
         compute = self.linear_time(tokens) + self._attn * pairs / self._attention
         memory = self.weights_read(tokens) + context * p.kv_bytes_per_token
         gpu = max(compute, memory / self._hbm) + self.unsplit_time(tokens) + self.allreduce_time(tokens)
         return max(gpu, self._prefill_floor)
+
+    def attention_bytes(self, chunks: Iterable[tuple[int, int]]) -> float:
+        """HBM bytes this rank's prefill attention kernel reads and writes for ``(new, cached)`` chunks
+        under the backend's rule (0 without one): every program (query head x tile of ``attn_tile_rows``
+        new tokens) reads the whole cached prefix's K and V of its KV head with one page index per
+        token, then the new tokens' K and V up to the end of its own tile; Q read and O written once."""
+        if not self.params.attn_tile_rows:
+            return 0.0
+        return sum(self._chunk_attention_bytes(n, c) for n, c in chunks)
+
+    def _chunk_attention_bytes(self, n: int, c: int) -> float:
+        p = self.params
+        rows = p.attn_tile_rows
+        tiles = -(-n // rows)
+        prefix = tiles * c * (p.attn_kv_bytes + p.attn_index_bytes)
+        extend = (rows * tiles * (tiles + 1) // 2 - (tiles * rows - n)) * p.attn_kv_bytes
+        return p.num_layers * (p.attn_heads * (prefix + extend) + n * self._qo_bytes)
 
     def prefill_latency(self, chunks: Iterable[tuple[int, int]]) -> float:
         """Seconds from the first stage starting a prefill batch to the last stage finishing it."""
