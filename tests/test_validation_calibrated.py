@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from hicache_sim.calibration.benchresult import MULTITURN, read_bench_runs
+from hicache_sim.scenario import Scenario, resolve
+from hicache_sim.sim import ComputeParams
 from validation.calibrated import GOAL, HELD, MISSES, OUT_DIR, SETS, _case_run, _per_round, bench_text, run_set
 
 COMMITTED = json.loads((OUT_DIR / "calibrated.json").read_text())
@@ -74,17 +76,18 @@ def test_cheapest_set_reproduces_the_committed_table(tmp_path: Path) -> None:
 
 
 def test_the_readme_counts_of_held_runs_are_the_committed_table() -> None:
-    """README ("How close the predictions are"): 5 of the 6 predicted runs within 25% calibrated, 3 within
-    15%, and 2 of the 6 within 25% with the presets."""
+    """README ("How close the predictions are"): 5 of the 6 predicted runs within 25% calibrated, 2 within
+    15% (+ Mooncake on the A100 went from -13.6% to -23.4% when triton's kernel rule came in), and 2 of
+    the 6 within 25% with the presets."""
     predicted = [r for r in COMMITTED["runs"] if r["role"] == "predicted"]
     assert len(predicted) == 6
     assert sum(abs(r["err_calibrated"]) <= HELD for r in predicted) == 5
-    assert sum(abs(r["err_calibrated"]) <= GOAL for r in predicted) == 3
+    assert sum(abs(r["err_calibrated"]) <= GOAL for r in predicted) == 2
     assert sum(abs(r["err_preset"]) <= HELD for r in predicted) == 2
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     flat = " ".join(readme.split())
     assert "the calibrated mean TTFT of 5 of the 6 predicted runs is within 25%" in flat
-    assert "3 within 15%" in flat and "with presets only 2 of the 6 are within 25%" in flat
+    assert "2 within 15%" in flat and "with presets only 2 of the 6 are within 25%" in flat
 
 
 def test_the_ssd_runs_miss_is_not_its_disk() -> None:
@@ -101,4 +104,21 @@ def test_the_ssd_runs_miss_is_not_its_disk() -> None:
     lossless["hardware"]["storage"] = {"capacity_gb": 0}
     mean = sum(_per_round(lossless, published, cal)["ttft_mean_s"]) / len(published["ttft_mean_s"])
     assert abs(mean / committed["mean_published"] - 1 - committed["err_calibrated"]) < 0.01
+    assert abs(committed["err_calibrated"]) > HELD
+
+
+def test_the_ssd_runs_miss_is_not_the_attention_over_its_cached_prefix() -> None:
+    """MISSES: every run of the set names --attention-backend triton as its source does, so its prefill
+    attention runs under triton's kernel rule (128-row query tiles on the A100, each re-reading the cached
+    prefix); and the GPU-only run the fit sees prefills in chunks of SGLang's default 4,096 tokens on a
+    40 GiB card, a store round's 4,096 new tokens: its recomputed histories attend to cached prefixes of
+    the same lengths, so that cost is in the fit as much as in the store runs."""
+    for run in ("gpu_only", "l2", "mooncake", "mooncake_ssd"):
+        data, _ = _case_run("mooncake_ssd_offload_a100", run)
+        assert data["hardware"]["attention_backend"] == "triton" and data["hardware"]["gpu"] == "a100-40g"
+    data, _ = _case_run("mooncake_ssd_offload_a100", "gpu_only")
+    r = resolve(Scenario.model_validate(data))
+    assert r.chunked_prefill_size == data["workload"]["multiturn"]["request_length"] == 4096
+    assert ComputeParams.from_resolved(r).attn_tile_rows == 128
+    committed = _committed("mooncake_ssd_offload_a100")["mooncake_ssd_offload_a100.mooncake_ssd"]
     assert abs(committed["err_calibrated"]) > HELD
