@@ -317,3 +317,10 @@ def test_attention_dp_pages_hold_the_group_s_kv_heads():
     (Llama-3.1-8B's 8 over tp 8 / attn_dp 4 = 2 ranks: 4), not of all tp ranks (1)."""
     assert resolve(_scenario("timed", tp=8)).kv_heads_per_rank == 1
     assert resolve(_scenario("timed", tp=8, attn_dp=4)).kv_heads_per_rank == 4
+
+
+def test_a_given_running_cap_is_shared_by_the_attention_groups():
+    """--max-running-requests is the server's: each attention-DP group takes max_running_requests //
+    attn_dp (sglang 0.5.23 resolve_max_num_reqs: 64 // 4 = 16); replicas each take the whole of it."""
+    assert resolve(_scenario("timed", tp=8, attn_dp=4)).max_running_requests == 16
+    assert resolve(_scenario("timed", dp=2)).max_running_requests == 64

@@ -274,8 +274,11 @@ def running_cap(sc: Scenario, model: ModelPreset, device_tokens: int, warnings: 
             f"auto is derived from the model's context length, which {model.name} does not give: set "
             "model.context_len, or give max_running_requests",
         )
-    cap = max_running_requests(device_tokens, model.context_len, None if given == AUTO else given)
-    if given != AUTO and cap < given:
+    # A given cap is the whole server's: each attention-DP group takes its share (sglang 0.5.23
+    # KVCacheConfigurator.resolve_max_num_reqs); SGLang's own estimate is per group already.
+    per_group = None if given == AUTO else max(1, given // sc.hardware.attn_dp)
+    cap = max_running_requests(device_tokens, model.context_len, per_group)
+    if per_group is not None and cap < per_group:
         warnings.append(
             f"scheduler.max_running_requests {given} is more than half the device pool's {device_tokens} "
             f"tokens: SGLang lowers it to {cap}"
