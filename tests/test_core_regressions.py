@@ -7,6 +7,7 @@ import pytest
 from conftest import new_cache, node_at, put, settle
 
 from hicache_sim.core import CacheConfig, check
+from hicache_sim.core.errors import CacheStateError
 from hicache_sim.core.tree import chain_hashes
 
 RULES = ["evicted_only", "reclaim_mirrors", "boundary"]
@@ -91,7 +92,7 @@ def test_27562_without_the_pin_the_nested_eviction_frees_the_chain():
     c, chain, _other = nested_write_back_setup()
     c.protect_host = lambda node: None
     c.release_host = lambda node: None
-    with pytest.raises(TypeError, match="'NoneType' has no len"):
+    with pytest.raises(CacheStateError, match="lost its host copy during the allocation"):
         c.load_back(chain)
     # The cause: the nested evict_host reclaimed the very host copy being loaded (the chain was the only
     # H-only leaf), so the load walks a chain whose host pages are gone.

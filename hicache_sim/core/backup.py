@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .config import CacheConfig
 from .semantics import EvictAmount
 from .state import CacheState
 from .transfers import Transfer, TransferKind
@@ -13,8 +14,8 @@ _D2H = TransferKind.D2H
 class BackupMixin(CacheState):
     """write_backup / host allocation with eviction fallback / D2H ack / storage backup."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: CacheConfig) -> None:
+        super().__init__(config)
         # transfer id -> (node whose lock is held, pages written); the node may have been split
         # since, in which case its upper halves carry the same pending id.
         self.ongoing_write: dict[int, tuple[Node, int]] = {}
@@ -33,6 +34,7 @@ class BackupMixin(CacheState):
         if self.buffer_only:
             return self.buffer_backup_intent(node)
         parent = node.parent
+        assert parent is not None, "a node on device without host copy is below the root"
         root = self.root
         if (
             not write_back
@@ -94,7 +96,7 @@ class BackupMixin(CacheState):
         """Back up ``node``'s unbacked ancestors, parent first from the top; False at the first failure."""
         chain = []
         p = node.parent
-        while p is not self.root and p.host_value is None:
+        while p is not None and p is not self.root and p.host_value is None:
             chain.append(p)
             p = p.parent
         return all(self.write_backup(anc, enforce_parent=False) > 0 for anc in reversed(chain))
@@ -130,9 +132,9 @@ class BackupMixin(CacheState):
         """The node and any upper halves split off it while its write was pending, top first."""
         chain = []
         covered = 0
-        x = node
+        x: Node | None = node
         root = self.root
-        while covered < n and x is not root and x.pending_write == tid:
+        while covered < n and x is not None and x is not root and x.pending_write == tid:
             x.pending_write = None
             chain.append(x)
             covered += len(x.key)
@@ -144,11 +146,17 @@ class BackupMixin(CacheState):
 
     def _backup_to_storage(self, chain: list[Node]) -> None:
         """Queue an H2S copy of the chain's host pages; their host copies stay pinned until the ack."""
-        chain = [n for n in chain if n.host_value is not None and n.hashes is not None]
-        if not chain:
+        kept: list[Node] = []  # the nodes with a host copy and page hashes
+        hashes: list[int] = []
+        host_pages: list[int] = []
+        for n in chain:
+            if n.host_value is not None and n.hashes is not None:
+                kept.append(n)
+                hashes.extend(n.hashes)
+                host_pages.extend(n.host_value)
+        if not kept:
             return
-        hashes = [h for n in chain for h in n.hashes]
-        host_pages = [p for n in chain for p in n.host_value]
+        chain = kept
         t = self._new_transfer(
             TransferKind.H2S,
             "storage_backup",
@@ -166,5 +174,6 @@ class BackupMixin(CacheState):
         chain = self.ongoing_storage_backup.pop(t.id)
         for n in chain:
             self.release_host(n)
+        assert self.storage is not None, "a storage backup was issued, so there is a storage tier"
         self.storage.put(t.page_hashes)
         self.counters.storage_backup_pages += t.pages

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .config import CacheConfig
 from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node
+
+if TYPE_CHECKING:
+    from .prefetch_op import PrefetchOp
+    from .request_state import RequestState
 
 
 @dataclass(slots=True)
@@ -39,8 +45,8 @@ class StagedPrefetch:
 class BufferMixin(CacheState):
     """buffer_only write intents, staging flush, storage writes, staged prefetch consumption."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: CacheConfig) -> None:
+        super().__init__(config)
         self.buffer_queue: deque[BufferIntent] = deque()
         self.buffer_backlog_pages = 0
         self.buffer_staged_pages = 0  # host pages holding in-flight write staging
@@ -58,18 +64,21 @@ class BufferMixin(CacheState):
         """Can a child of ``node`` be written without leaving a hole in storage?"""
         if node is self.root or node in self._buffer_inflight:
             return True
-        return bool(node.hashes) and node.hashes[-1] in self.storage
+        assert self.storage is not None, "buffer_only runs with a storage tier"
+        return bool(node.hashes and node.hashes[-1] in self.storage)
 
     def buffer_backup_intent(self, node: Node) -> int:
         """Queue ``node`` for a storage write (mutates). Returns 0: no host copy is kept."""
         n = len(node.key)
+        parent = node.parent
+        assert self.storage is not None and parent is not None, "buffer_only, a node below the root"
         if node in self._buffer_inflight or (node.hashes and node.hashes[-1] in self.storage):
             return 0  # one intent per node: already queued or being written, or already durable
         # Oversize (can never be staged: it would block the FIFO head forever), parent not covered, or
         # backlog full: dropped.
         if (
             n > self.host.size
-            or not self._covered(node.parent)
+            or not self._covered(parent)
             or self.buffer_backlog_pages + n > self.write_backlog_cap_pages
         ):
             self.counters.buffer_intents_dropped += 1
@@ -103,8 +112,8 @@ class BufferMixin(CacheState):
         while q:
             it = q[0]
             node = it.node
-            stale = node.parent is None or node.value is None or len(node.key) != it.pages
-            if stale or not self._covered(node.parent):
+            parent, value = node.parent, node.value
+            if parent is None or value is None or len(node.key) != it.pages or not self._covered(parent):
                 q.popleft()
                 self.buffer_backlog_pages -= it.pages
                 self._buffer_done(node)
@@ -123,7 +132,7 @@ class BufferMixin(CacheState):
                 TransferKind.D2H,
                 "buffer_stage",
                 n,
-                device_pages=list(node.value),
+                device_pages=list(value),
                 host_pages=list(pages),
                 node_ids=[node.id],
             )
@@ -145,6 +154,7 @@ class BufferMixin(CacheState):
         node, pages, hashes = self._buffer_writes.pop(t.id)
         self.host.free(pages)
         self.buffer_staged_pages -= len(pages)
+        assert self.storage is not None, "buffer_only runs with a storage tier"
         self.storage.put(hashes)
         self.counters.storage_backups += 1
         self.counters.storage_backup_pages += len(hashes)
@@ -152,9 +162,11 @@ class BufferMixin(CacheState):
 
     # ------------------------------------------------------------------------------- read path
 
-    def stage_prefetch(self, op, m: int) -> int:
+    def stage_prefetch(self, op: PrefetchOp, m: int) -> int:
         """Park ``m`` prefetched pages for the request (takes over the anchor pin). Returns m."""
-        self.staged_prefetch[op.rid] = StagedPrefetch(op.anchor, op.pin, op.keys[:m], op.host_pages[:m])
+        host_pages = op.host_pages
+        assert host_pages is not None, "m pages arrived, so host pages were allocated"
+        self.staged_prefetch[op.rid] = StagedPrefetch(op.anchor, op.pin, op.keys[:m], host_pages[:m])
         op.pin = "none"
         return m
 
@@ -169,7 +181,7 @@ class BufferMixin(CacheState):
         if sp is not None:
             self._drop_staged(sp)
 
-    def consume_staged_prefetch(self, st) -> int:
+    def consume_staged_prefetch(self, st: RequestState) -> int:
         """At admission: copy the request's staged prefetch to device and insert it (mutates).
 
         Returns pages gained; 0 when there is none or it no longer fits the request's match.

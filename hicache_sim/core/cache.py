@@ -77,14 +77,16 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             if partial:
                 break
         last = node
+        # ``path`` is the chain from the root (excluded) down to ``last``: walk it back up to the last
+        # node on device, summing the host hit below it; the root (on device) ends the walk at the latest.
         host_hit = 0
-        tail = 0  # nodes of the path below the last device node
-        x = last
-        while x.value is None:
-            host_hit += len(x.host_value) if x.host_value is not None else 0
-            x = x.parent
-            tail += 1
-        last_device = x
+        i = len(path)
+        while i and path[i - 1].value is None:
+            i -= 1
+            hv = path[i].host_value
+            host_hit += len(hv) if hv is not None else 0
+        last_device = path[i - 1] if i else self.root
+        tail = len(path) - i  # nodes of the path below the last device node
         # Stamp the matched path, ancestors first, so a deeper node is never older than its parent
         # (``_touch`` written out; a node's re-queueing reads only its own fields, so it may follow).
         clock = self._clock + 1
@@ -97,10 +99,10 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
             refresh = self._refresh
             for x in path[len(path) - tail :] if locking else path:
                 refresh(x)
-        x = last
-        while x.host_value is None:
-            x = x.parent
-        return dev, host_hit, last, last_device, x
+        i = len(path)  # up to the last node with a host copy (the root has one)
+        while i and path[i - 1].host_value is None:
+            i -= 1
+        return dev, host_hit, last, last_device, path[i - 1] if i else self.root
 
     # ----------------------------------------------------------------------------------- insert
 
@@ -121,7 +123,10 @@ class HiCache(RequestMixin, PrefetchMixin, BufferMixin, LoadBackMixin, BackupMix
         pos, n = 0, len(keys)
         # A node counts its insert-hit when it ends past ``counted_from`` (n: none does).
         threshold = self.write_policy.threshold
-        counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked) if threshold is not None else n
+        if threshold is None:
+            counted_from, threshold = n, 0  # no write-through: no node ends past n, the threshold is never read
+        else:
+            counted_from = self.sem.checkpoint_hits.counted_from(n, inserted, chunked)
         keyed = self._hit_count_keyed
         refresh = self._refresh
         node = self.root

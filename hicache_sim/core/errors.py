@@ -11,7 +11,7 @@ class ConfigError(ValueError):
         self.field = field
         self.message = message
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
         """Rebuilt from its two arguments, so a sweep worker's error reaches the parent process intact."""
         return (type(self), (self.field, self.message))
 

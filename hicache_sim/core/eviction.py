@@ -97,6 +97,7 @@ class EvictionMixin(CacheState):
             # The boundary rule needs the parent's host copy under x: pin it while room is made for
             # x. Upstream write_back pins nothing (a parent's duplicate copy may be reclaimed).
             parent = x.parent
+            assert parent is not None, "a victim is in the tree below the root"
             pin = self.host_rule.demotes and parent is not self.root and parent.host_value is not None
             if pin:
                 self.protect_host(parent)

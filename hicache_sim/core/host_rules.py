@@ -102,7 +102,9 @@ class HostEvictionRule:
 
     def evict_host_node(self, cache: HiCache, node: Node) -> int:
         """Reclaim one candidate's host pages (mutates). Returns pages freed."""
-        n = len(node.host_value)
+        host_pages = node.host_value
+        assert host_pages is not None, "a host candidate holds a host copy"
+        n = len(host_pages)
         if node.value is None:
             cache._delete_leaf(node)
             cache.counters.host_deleted_pages += n
@@ -263,6 +265,7 @@ class Boundary(ReclaimMirrors):
 
     def ensure_parent_host(self, cache: HiCache, node: Node) -> bool:
         parent = node.parent
+        assert parent is not None, "a victim is in the tree below the root"
         if parent is cache.root or parent.host_value is not None:
             return True
         # Demote the parent's copy as part of this eviction (a blocking copy, like write-back), so the

@@ -5,18 +5,27 @@ reference's section 8 (docs/reference/sglang-hicache-semantics.md), which says w
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import InvariantError
 
 if TYPE_CHECKING:
     from .cache import HiCache
+    from .pools import PagePool
     from .tree import Node
 
 
-def _fail(rule: str, msg: str) -> None:
+def _fail(rule: str, msg: str) -> NoReturn:
     raise InvariantError(f"[{rule}] {msg}")
+
+
+def _parent(node: Node) -> Node:
+    """The parent of a node below the root (``_check_shape`` has checked every link by then)."""
+    parent = node.parent
+    if parent is None:
+        _fail("1b parent link", f"node {node.id} is in the tree but has no parent")
+    return parent
 
 
 def check(cache: HiCache, held_device_pages: Iterable[int] = ()) -> None:
@@ -73,7 +82,7 @@ def _check_states(cache: HiCache, nodes: list[Node]) -> None:
     prefix_closed = cache.host_rule.host_set_prefix_closed(cache)
     boundary = cache.host_rule.h_only_needs_host_parent(cache)
     for node in nodes:
-        parent = node.parent
+        parent = _parent(node)
         if node.value is not None and parent.value is None:
             _fail("4 device prefix-closure", f"node {node.id} is on device but its parent {parent.id} is not")
         if cache.buffer_only:
@@ -101,7 +110,7 @@ def _check_locks(cache: HiCache, nodes: list[Node]) -> None:
             _fail("6a evicted unlocked", f"evicted node {node.id} has lock_ref {node.lock_ref}")
         if node.lock_ref < 0 or node.host_ref < 0:
             _fail("6b refs non-negative", f"node {node.id} lock_ref {node.lock_ref} host_ref {node.host_ref}")
-        parent = node.parent
+        parent = _parent(node)
         if parent is not cache.root and parent.lock_ref < node.lock_ref:
             _fail(
                 "6c lock order",
@@ -148,7 +157,9 @@ def _check_candidates(cache: HiCache, nodes: list[Node]) -> None:
         _fail("8g host rule index", problem)
 
 
-def _check_keys(rule: str, heap: list, cands: dict, pure_key) -> None:
+def _check_keys(
+    rule: str, heap: list[tuple[Any, int, int, Node]], cands: dict[Node, Any], pure_key: Callable[[Node], Any]
+) -> None:
     """The lazy-invalidation contract: every candidate has a heap entry under the key stored for it (a
     pop finds it; entries under other keys are stale and skipped), and where its key is a pure function
     of the node (``pure_key`` not None), the stored key is that key (nothing changed behind the heap's
@@ -162,7 +173,7 @@ def _check_keys(rule: str, heap: list, cands: dict, pure_key) -> None:
             _fail(rule, f"node {n.id} queued under a stale key")
 
 
-def _check_pool(name: str, pool, owned: list[tuple[object, list[int]]]) -> None:
+def _check_pool(name: str, pool: PagePool, owned: list[tuple[str | Node, list[int]]]) -> None:
     # Slots from pool.fresh_start up are free by construction; every slot below it is either in the
     # recycled free list or owned by exactly one holder. O(slots handed out), not O(pool size): one
     # C-level count (a set of every slot), and
@@ -177,7 +188,7 @@ def _check_pool(name: str, pool, owned: list[tuple[object, list[int]]]) -> None:
     _name_broken_pool(name, pool, owned)
 
 
-def _name_broken_pool(name: str, pool, owned: list[tuple[object, list[int]]]) -> None:
+def _name_broken_pool(name: str, pool: PagePool, owned: list[tuple[str | Node, list[int]]]) -> None:
     fresh = pool.fresh_start
     seen: dict[int, str] = {}
     for p in pool.recycled_pages():
@@ -203,10 +214,10 @@ def _name_broken_pool(name: str, pool, owned: list[tuple[object, list[int]]]) ->
 
 def _check_slots(cache: HiCache, nodes: list[Node], held: list[int]) -> None:
     # Owners are nodes or labels; a node is named only when a check fails.
-    dev: list[tuple[object, list[int]]] = [(n, n.value) for n in nodes if n.value is not None]
+    dev: list[tuple[str | Node, list[int]]] = [(n, n.value) for n in nodes if n.value is not None]
     dev.append(("running requests", held))
     _check_pool("device", cache.device, dev)
-    host: list[tuple[object, list[int]]] = [(n, n.host_value) for n in nodes if n.host_value is not None]
+    host: list[tuple[str | Node, list[int]]] = [(n, n.host_value) for n in nodes if n.host_value is not None]
     for rid, op in cache.ongoing_prefetch.items():
         if op.host_pages:
             host.append((f"prefetch {rid}", op.host_pages))
@@ -259,7 +270,7 @@ def _check_depths(cache: HiCache, nodes: list[Node]) -> None:
     if not cache._tracks_depth:
         return
     for node in nodes:
-        want = node.parent.tlru_depth + len(node.key)
+        want = _parent(node).tlru_depth + len(node.key)
         if node.tlru_depth != want:
             _fail("24a depth", f"node {node.id} depth {node.tlru_depth} pages, parent's + its key is {want}")
         reach = max([node.tlru_depth, *(c.tlru_history for c in node.children.values())])

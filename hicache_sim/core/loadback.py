@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .config import CacheConfig
+from .errors import CacheStateError
 from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node
@@ -10,8 +12,8 @@ from .tree import Node
 class LoadBackMixin(CacheState):
     """load_back and its acknowledgement."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: CacheConfig) -> None:
+        super().__init__(config)
         self.ongoing_load: dict[int, Node] = {}
 
     def alloc_device(self, n: int) -> list[int] | None:
@@ -36,17 +38,21 @@ class LoadBackMixin(CacheState):
         cannot be found even after eviction. On success the chain is D+H, the path stays locked until
         the H2D ack, and the deepest loaded node is returned.
         """
-        chain = []
+        chain: list[Node] = []
+        n = 0
         x = node
         while x.value is None:
+            parent, h = x.parent, x.host_value
+            if parent is None or h is None:
+                raise CacheStateError(f"load_back of node {x.id}: not an H-only node in the tree")
             chain.append(x)
-            x = x.parent
+            n += len(h)
+            x = parent
         if not chain:
             return None
         chain.reverse()
         ancestor = x
         newly = self.inc_lock_ref(ancestor)
-        n = sum(len(c.host_value) for c in chain)
         if n * self.page_size < self.config.load_back_threshold_tokens:
             self.dec_lock_ref(ancestor)
             self.counters.load_back_below_threshold += 1
@@ -67,9 +73,12 @@ class LoadBackMixin(CacheState):
         host_pages: list[int] = []
         i = 0
         for c in chain:
-            k = len(c.host_value)
+            h = c.host_value
+            if h is None:  # pinned through alloc_device: never reclaimed
+                raise CacheStateError(f"load_back: node {c.id} lost its host copy during the allocation")
+            k = len(h)
             self._set_value(c, pages[i : i + k])
-            host_pages.extend(c.host_value)
+            host_pages.extend(h)
             i += k
         last = chain[-1]
         self.inc_lock_ref(last)
@@ -94,8 +103,10 @@ class LoadBackMixin(CacheState):
         found walking up from the deepest, become full host duplicates in that order."""
         x = self.ongoing_load.pop(t.id)
         self.dec_lock_ref(x)
-        while x is not self.root:
+        parent = x.parent  # up to the root, which alone in the tree has no parent
+        while parent is not None:
             if x.pending_load == t.id:
                 x.pending_load = None
                 self._track_duplicate(x)
-            x = x.parent
+            x = parent
+            parent = x.parent

@@ -48,7 +48,8 @@ class EvictionStrategy:
         keys are already known counts here; this is for rules between them."""
         return None
 
-    def key(self, node: Node) -> Any:  # pragma: no cover - abstract
+    def key(self, node: Node, /) -> Any:  # pragma: no cover - abstract
+        # Positional-only: a strategy may be an ``attrgetter`` (LRU, FIFO), called without a name.
         raise NotImplementedError
 
 

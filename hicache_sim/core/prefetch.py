@@ -15,6 +15,7 @@ Lifecycle of one request's prefetch (the caller decides *when* each step happens
 
 from __future__ import annotations
 
+from .config import CacheConfig
 from .prefetch_op import PrefetchOp
 from .semantics import EvictAmount
 from .sizing import prefetch_timeout_s
@@ -30,8 +31,8 @@ STORAGE_HIT_EVICTION = EvictAmount("whole_hit", True)
 class PrefetchMixin(CacheState):
     """prefetch / prefetch_query / check_prefetch_progress / terminate / revoke / release."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: CacheConfig) -> None:
+        super().__init__(config)
         self.ongoing_prefetch: dict[str, PrefetchOp] = {}
         self.prefetch_occupied_pages = 0
         # rid -> pages the request's prefetch added to the tree (its storage hit at admission).
@@ -143,25 +144,29 @@ class PrefetchMixin(CacheState):
             return 0
         if op.terminated:
             return 0
-        hit = self.storage.prefix_hits(op.hashes)
+        storage = self.storage
+        assert storage is not None, "a prefetch is only issued with a storage tier"
+        hit = storage.prefix_hits(op.hashes)
         if self.sem.prefetch_flow.reserves_at_issue:
-            hit = min(hit, len(op.host_pages))
+            reserved = op.host_pages
+            assert reserved is not None, "host pages reserved at issue"
+            hit = min(hit, len(reserved))
             if hit < self.prefetch_threshold_pages:
                 self._revoke(op)
                 return 0
-            self.host.free(op.host_pages[hit:])
-            op.host_pages = op.host_pages[:hit]
+            self.host.free(reserved[hit:])
+            op.host_pages = pages = reserved[:hit]
         else:
             if hit < self.prefetch_threshold_pages:
                 self._revoke(op)
                 return 0
-            pages = self._alloc_prefetch_host(hit)
-            if pages is None:
+            got = self._alloc_prefetch_host(hit)
+            if got is None:
                 self.counters.prefetch_host_alloc_failed += 1
                 self._revoke(op)
                 self.prefetch_misses.append(op.rid)
                 return 0
-            op.host_pages = pages
+            op.host_pages = pages = got
             hit = len(pages)
         op.hit_pages = hit
         batch = self.config.storage_batch_pages
@@ -171,11 +176,11 @@ class PrefetchMixin(CacheState):
                 TransferKind.S2H,
                 "prefetch",
                 j - i,
-                host_pages=op.host_pages[i:j],
+                host_pages=pages[i:j],
                 page_hashes=op.hashes[i:j],
                 request_id=rid,
             )
-            t.offload_objects = self.storage.offload_objects(t.page_hashes)
+            t.offload_objects = storage.offload_objects(t.page_hashes)
             op.transfer_ids.append(t.id)
         return hit
 
@@ -183,7 +188,7 @@ class PrefetchMixin(CacheState):
         if t.id in self.revoked_transfers:
             self.revoked_transfers.discard(t.id)
             return
-        op = self.ongoing_prefetch.get(t.request_id)
+        op = self.ongoing_prefetch.get(t.request_id) if t.request_id is not None else None
         if op is None or op.terminated:
             return
         op.completed_pages += t.pages

@@ -28,4 +28,5 @@ class PrefetchOp:
 
     def is_complete(self) -> bool:
         """Every hit page arrived. An empty hit counts as not complete, as upstream."""
-        return bool(self.hit_pages) and self.completed_pages >= self.hit_pages
+        hit = self.hit_pages
+        return hit is not None and hit != 0 and self.completed_pages >= hit

@@ -7,36 +7,10 @@ the instant driver and the timed world both call them and differ only in when.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .errors import CacheStateError
+from .request_state import RequestState
 from .state import CacheState
 from .tree import Node
-
-
-@dataclass(slots=True)
-class RequestState:
-    """One request's hold on the cache. ``pages[i]`` is the device slot of ``keys[i]``.
-
-    ``cached`` leading pages belong to the tree (SGLang's ``cache_protected_len``); the rest are the
-    request's own until inserted. ``inserted``: pages this request has inserted so far (SGLang's
-    ``cache_inserted_len``). ``last_node`` is the node this request keeps locked.
-    Hit counts are pages found at admission: device, host (true L2) and storage (prefetched).
-    """
-
-    rid: str
-    keys: list[int]
-    pages: list[int]
-    cached: int
-    last_node: Node
-    match_last_node: Node
-    device_hit: int = 0
-    host_hit: int = 0
-    storage_hit: int = 0
-    loaded_pages: int = 0
-    priority: int = 0
-    inserted: int = 0
-    done: bool = field(default=False)
 
 
 class RequestMixin(CacheState):
@@ -74,14 +48,19 @@ class RequestMixin(CacheState):
         last = self.load_back(st.match_last_node, mem_quota_pages, st.rid)
         if last is None:
             return 0
-        chain: list[int] = []
+        chain: list[Node] = []
         x = last
         while x is not st.last_node:
             chain.append(x)
-            x = x.parent
-            if x is None:
+            parent = x.parent
+            if parent is None:
                 raise CacheStateError(f"request {st.rid}: loaded node is not below its locked node")
-        loaded = [p for node in reversed(chain) for p in node.value]
+            x = parent
+        loaded: list[int] = []
+        for node in reversed(chain):
+            if node.value is None:
+                raise CacheStateError(f"request {st.rid}: node {node.id} of the loaded chain is not on device")
+            loaded.extend(node.value)
         st.pages.extend(loaded)
         st.cached += len(loaded)
         self.dec_lock_ref(st.last_node)
@@ -112,12 +91,12 @@ class RequestMixin(CacheState):
         prefix = self._insert_request(st, upto, chunked)
         if prefix > st.cached:
             self.device.free(st.pages[st.cached : prefix])
-        m = self.match_prefix(st.keys[:upto])
-        st.pages[: len(m.device_pages)] = m.device_pages
+        dev, _, _, last_device, _ = self._match(st.keys[:upto], False)  # match_prefix's fields
+        st.pages[: len(dev)] = dev
         self.dec_lock_ref(st.last_node)
-        self.inc_lock_ref(m.last_device_node)
-        st.last_node = m.last_device_node
-        st.cached = len(m.device_pages)
+        self.inc_lock_ref(last_device)
+        st.last_node = last_device
+        st.cached = len(dev)
 
     def finish_request(self, st: RequestState, upto: int | None = None) -> None:
         """SGLang's ``cache_finished_req``: insert ``keys[:upto]`` (default all), free duplicates and the

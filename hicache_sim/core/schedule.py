@@ -80,9 +80,10 @@ class _KeyTrie:
     def match(self, keys: Sequence[int]) -> int:
         node, n = self.root, 0
         for k in keys:
-            node = node.get(k)
-            if node is None:
+            child = node.get(k)
+            if child is None:
                 break
+            node = child
             n += 1
         return n
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .registry import Registry
 
@@ -259,6 +259,8 @@ def resolve_semantics(
     """The behaviour of era ``era`` with the variant names in ``chosen`` and the numbers in ``values``
     overriding it where not None, and the capacity formula named ``formula``."""
     base = SEMANTICS.get(era)
-    variants = {name: reg.get(chosen.get(name) or getattr(base, name)) for name, reg in SEMANTIC_VARIANTS.items()}
-    numbers = {n: getattr(base, n) if values.get(n) is None else values[n] for n in SEMANTIC_VALUES}
+    variants: dict[str, Any] = {
+        name: reg.get(chosen.get(name) or getattr(base, name)) for name, reg in SEMANTIC_VARIANTS.items()
+    }
+    numbers: dict[str, Any] = {n: getattr(base, n) if values.get(n) is None else values[n] for n in SEMANTIC_VALUES}
     return Semantics(**variants, **numbers, capacity_formula=CAPACITY_FORMULAS.get(formula))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from heapq import heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import CacheConfig
 from .counters import Counters
@@ -20,6 +20,11 @@ from .pools import PagePool
 from .stores import build_store
 from .transfers import Transfer, TransferKind
 from .tree import ROOT_PRIORITY, Node, chain_hashes
+
+if TYPE_CHECKING:
+    from .prefetch_op import PrefetchOp
+    from .request_state import RequestState
+    from .semantics import EvictAmount
 
 
 class CacheState:
@@ -143,6 +148,31 @@ class CacheState:
         """Transfers created since the last call, in creation order (mutates: empties the outbox)."""
         out, self._outbox = self._outbox, []
         return out
+
+    if TYPE_CHECKING:
+        # What the mixins of HiCache (cache.py) call on one another: declared for the type checker
+        # only, so that each mixin is checked against the one class they all extend. Each is defined
+        # by exactly one mixin; at run time the MRO finds it there.
+        prefetched_pages: dict[str, int]
+        prefetch_occupied_pages: int
+        buffer_staged_pages: int
+
+        def _match(self, keys: list[int], locking: bool) -> tuple[list[int], int, Node, Node, Node]: ...
+        def insert(
+            self, keys: list[int], pages: list[int], *, chunked: bool = False, priority: int = 0, inserted: int = 0
+        ) -> int: ...
+        def evict(self, num_pages: int) -> int: ...
+        def evict_host(self, num_pages: int) -> int: ...
+        def alloc_device(self, n: int) -> list[int] | None: ...
+        def alloc_host(self, n: int, amount: EvictAmount | None = None) -> list[int] | None: ...
+        def load_back(
+            self, node: Node, mem_quota_pages: int | None = None, request_id: str | None = None
+        ) -> Node | None: ...
+        def write_backup(self, node: Node, *, write_back: bool = False, enforce_parent: bool = True) -> int: ...
+        def buffer_backup_intent(self, node: Node) -> int: ...
+        def stage_prefetch(self, op: PrefetchOp, m: int) -> int: ...
+        def consume_staged_prefetch(self, st: RequestState) -> int: ...
+        def checkpoint_request(self, st: RequestState, upto: int, *, chunked: bool = True) -> None: ...
 
     # ----------------------------------------------------------------------------- candidate sets
 
@@ -268,7 +298,7 @@ class CacheState:
         node.tlru_depth = depth
         if node.tlru_history < depth:
             node.tlru_history = depth
-        x = parent
+        x: Node | None = parent
         root = self.root
         while x is not None and x.tlru_history < depth:
             x.tlru_history = depth
@@ -283,6 +313,7 @@ class CacheState:
         if node.host_value is not None:
             self.mirror_pages += len(pages)
         parent = node.parent
+        assert parent is not None, "a node in the tree below the root"
         parent.n_dev_children += 1
         self._refresh(node)
         if not parent.lock_ref:
@@ -290,12 +321,12 @@ class CacheState:
 
     def _clear_value(self, node: Node) -> list[int]:
         """Detach a node's device pages without freeing them; returns them."""
-        pages = node.value
+        pages, parent = node.value, node.parent
+        assert pages is not None and parent is not None, "a node on device, in the tree below the root"
         node.value = None
         self.evictable_pages -= len(pages)
         if node.host_value is not None:
             self.mirror_pages -= len(pages)
-        parent = node.parent
         parent.n_dev_children -= 1
         self._refresh(node)
         if not parent.lock_ref:
@@ -308,6 +339,7 @@ class CacheState:
         if node.value is not None:
             self.mirror_pages += len(pages)
         parent = node.parent
+        assert parent is not None, "a node in the tree below the root"
         parent.n_host_children += 1
         if node.value is None or not self._host_h_only:
             self._refresh_host(node)
@@ -316,13 +348,14 @@ class CacheState:
 
     def _clear_host_value(self, node: Node) -> None:
         """Free a node's host pages (mutates)."""
-        self.host.free(node.host_value)
-        n = len(node.host_value)
+        host_pages, parent = node.host_value, node.parent
+        assert host_pages is not None and parent is not None, "a node on host, in the tree below the root"
+        self.host.free(host_pages)
+        n = len(host_pages)
         self.tree_host_pages -= n
         if node.value is not None:
             self.mirror_pages -= n
         node.host_value = None
-        parent = node.parent
         parent.n_host_children -= 1
         if node.value is None or not self._host_h_only:
             self._refresh_host(node)
@@ -334,6 +367,7 @@ class CacheState:
         if node.children:
             raise CacheStateError(f"delete of node {node.id} which still has {len(node.children)} children")
         parent = node.parent
+        assert parent is not None, "a node in the tree below the root"
         del parent.children[node.key[0]]
         value, host_value = node.value, node.host_value
         if value is not None:
@@ -363,6 +397,8 @@ class CacheState:
         ancestors before descendants. An upper half that is a full host duplicate is registered as a
         new one (the child keeps its place).
         """
+        parent = child.parent
+        assert parent is not None, "a node in the tree below the root"
         upper = self._new_node(child.key[:n], child.priority)
         upper.creation = child.creation
         upper.hit_count = child.hit_count
@@ -372,7 +408,7 @@ class CacheState:
         if self._tracks_depth:
             # A split adds no depth: the upper half ends n pages below the parent and shares the
             # branch's high-water mark; the child's depth is unchanged (its key is shorter).
-            upper.tlru_depth = child.parent.tlru_depth + n
+            upper.tlru_depth = parent.tlru_depth + n
             upper.tlru_history = child.tlru_history
         if child.value is not None:
             upper.value = child.value[:n]
@@ -385,7 +421,6 @@ class CacheState:
         if child.hashes is not None:
             upper.hashes = child.hashes[:n]
             child.hashes = child.hashes[n:]
-        parent = child.parent
         upper.parent = parent
         parent.children[upper.key[0]] = upper
         child.key = child.key[n:]
@@ -414,17 +449,19 @@ class CacheState:
     def inc_lock_ref(self, node: Node) -> int:
         """Pin ``node`` and its ancestors on device (mutates). Returns pages newly protected."""
         newly = 0
-        root = self.root
-        while node is not root:
+        # Up to the root, which alone in the tree has no parent (and stays locked).
+        parent = node.parent
+        while parent is not None:
             if node.lock_ref == 0:
-                newly += len(node.value)
+                newly += len(node.key)  # its device pages: a locked path is on device, a slot per key
                 node.lock_ref = 1
                 # No rule keeps a locked node a candidate, on either side.
                 self._dev_cands.pop(node, None)
                 self._host_cands.pop(node, None)
             else:
                 node.lock_ref += 1
-            node = node.parent
+            node = parent
+            parent = node.parent
         if newly:
             self.evictable_pages -= newly
             self.protected_pages += newly
@@ -433,9 +470,9 @@ class CacheState:
     def dec_lock_ref(self, node: Node) -> int:
         """Unpin ``node`` and its ancestors (mutates). Returns pages made evictable again."""
         freed = 0
-        root = self.root
         refresh = self._refresh
-        while node is not root:
+        parent = node.parent  # up to the root, as inc_lock_ref
+        while parent is not None:
             lock = node.lock_ref - 1
             if lock < 0:
                 self.evictable_pages += freed
@@ -443,9 +480,10 @@ class CacheState:
                 raise CacheStateError(f"dec_lock_ref on node {node.id} with lock_ref {node.lock_ref}")
             node.lock_ref = lock
             if lock == 0:
-                freed += len(node.value)
+                freed += len(node.key)  # its device pages, as inc_lock_ref
                 refresh(node)
-            node = node.parent
+            node = parent
+            parent = node.parent
         if freed:
             self.evictable_pages += freed
             self.protected_pages -= freed

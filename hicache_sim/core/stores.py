@@ -37,8 +37,8 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Protocol
 
 from .errors import ConfigError
 from .registry import Registry
@@ -51,7 +51,13 @@ def _never() -> float:
     return 0.0
 
 
-def _leading(hashes: list[int], present: Container[int]) -> int:
+class _Holds(Protocol):
+    """Anything that answers ``page_hash in it``: a set, a dict or a store."""
+
+    def __contains__(self, page_hash: int, /) -> bool: ...
+
+
+def _leading(hashes: list[int], present: _Holds) -> int:
     """How many leading hashes ``present`` holds: ``batch_exists``'s answer (a miss ends the run)."""
     n = 0
     for h in hashes:
@@ -503,6 +509,8 @@ class MooncakeShardedStore(_MooncakeMaster):
     def _maintain(self, now: float) -> None:
         """One batch when over the watermark (or after a failed write), shard by shard."""
         cap = self.capacity_objects
+        if not cap:  # unbounded (or no room at all): never a batch, as _batch_target says
+            return
         target = self._batch_target(now, cap)
         if target is None:
             return
