@@ -16,17 +16,12 @@ from .core.routing import ROUTERS
 from .core.stores import STORE_MODELS
 from .instant import InstantResult, run_instant
 from .output.columns import Columns
-from .output.summary import _percentiles, hit_rates
+from .output.summary import SCOPES, _percentiles, hit_rates
 
 if TYPE_CHECKING:
     from .scenario import Resolved
     from .sim.dp import DPResult
     from .workloads import Request
-
-SCOPE = (
-    "per data-parallel rank: the requests it was sent (whole run) and, over the measured window's finished "
-    "requests it served, hit rates (token-weighted) and TTFT; its links and counters (whole run)"
-)
 
 
 class _Pool:
@@ -172,7 +167,7 @@ def add_dp_block(summary: dict, table: Columns, links: list[dict] | None, counte
         block.append(row)
     scopes = summary.pop("scopes")
     summary["dp_ranks"] = block
-    summary["scopes"] = {**scopes, "dp_ranks": SCOPE}
+    summary["scopes"] = {**scopes, "dp_ranks": SCOPES["dp_ranks"]}
 
 
 def dp_table(block: list[dict]) -> str:

@@ -46,6 +46,8 @@ SCOPES = {
     "rounds": ROUNDS_SCOPE,
     "serving": SERVING_SCOPE,
     "saturation": SATURATION_SCOPE,
+    "dp_ranks": "per data-parallel rank: the requests it was sent (whole run) and, over the measured window's "
+    "finished requests it served, hit rates (token-weighted) and TTFT; its links and counters (whole run)",
     "l3": "load_vs_recompute: one request on an idle server, its prefix shape from the window's finished "
     "requests that read from L3; with_without: a second run without the store (hicache-sim advise)",
 }
