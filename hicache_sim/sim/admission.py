@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core import HiCache
+from ..core.tree import Node
 from .requests import SimRequest
 
 INF_TOKENS = 1 << 62
@@ -124,8 +125,10 @@ class PrefillAdder:
         return r.done_tokens + trunc, False
 
     def _alloc_until(self, r: SimRequest, end_tokens: int) -> bool:
-        need = -(-end_tokens // self.page) - len(r.st.pages)
-        return self.cache.extend_request(r.st, need)
+        st = r.st
+        assert st is not None, "a request is chunked after its admission"
+        need = -(-end_tokens // self.page) - len(st.pages)
+        return self.cache.extend_request(st, need)
 
     def _take(self, r: SimRequest, end: int, final: bool) -> Chunk:
         n = end - r.done_tokens
@@ -137,12 +140,13 @@ class PrefillAdder:
         return chunk
 
 
-def _unlocked_pages(cache: HiCache, node) -> int:
+def _unlocked_pages(cache: HiCache, node: Node) -> int:
     """Device pages on the path root..node that locking ``node`` would take out of the evictable pool."""
     n = 0
     root = cache.root
-    while node is not root:
-        if node.lock_ref == 0:
-            n += len(node.value)
-        node = node.parent
+    x: Node | None = node
+    while x is not None and x is not root:
+        if x.lock_ref == 0:
+            n += len(x.key)  # its device pages: the path to a locked node is on device, a slot per key
+        x = x.parent
     return n

@@ -62,7 +62,9 @@ class ClosedLoop:
     def __init__(self, env: simpy.Environment, workload: Workload, deliver: Deliver) -> None:
         self.env = env
         self.deliver = deliver
-        self.loop = ClientLoop(workload.requests, workload.sender)
+        sender = workload.sender
+        assert sender is not None, "a closed-loop workload names its sender"
+        self.loop = ClientLoop(workload.requests, sender)
         self.position = {r.rid: i for i, r in enumerate(workload.requests)}  # closed loops are small
         self.delivered = 0
         env.process(self._run())

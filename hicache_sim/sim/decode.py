@@ -54,6 +54,7 @@ class DecodeBatch:
         if r.out_target - r.gen0 > self.clip:
             self._long[r] = None
         self._push(self._finish, r.join_step + r.out_target - r.gen0, r)
+        assert r.st is not None, "a request decodes after its admission"
         held = len(r.st.pages) * self.page
         self._push(self._pages, r.join_step + 1 + max(0, held - r.kv0), r)
 

@@ -104,7 +104,7 @@ class Link:
         )
         self._next_id += 1
         if latency > 0:
-            self.env.timeout(latency).callbacks.append(lambda _ev, f=flow: self._join(f))
+            self.env.timeout(latency).callbacks.append(lambda _ev: self._join(flow))
         else:
             self._join(flow)
         return flow

@@ -162,11 +162,13 @@ class Transport:
 
     def _complete_now(self, flow: Flow) -> None:
         t = flow.tag
+        assert isinstance(t, Transfer), "started by _start, tagged with its transfer"
         self.log.add(t, flow.submit_s, flow.end_s)
         self.cache.complete(t, self.env.now)
 
     def _ack_later(self, flow: Flow) -> None:
         t = flow.tag
+        assert isinstance(t, Transfer), "started by _start, tagged with its transfer"
         self.log.add(t, flow.submit_s, flow.end_s)
         self.on_ack(t)
 
