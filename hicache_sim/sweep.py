@@ -1,7 +1,8 @@
 """Parameter sweeps: the grid of a scenario's ``sweep`` mapping, run on local processes or a Dask
 distributed cluster, resumable (each finished point is a file; a rerun skips it), gathered into one
 table with the standard figures. Ctrl-C stops a sweep at once: local workers ignore SIGINT and are
-terminated by the parent, pending Dask tasks are cancelled, finished points stay (:class:`SweepInterrupted`)."""
+terminated by the parent, pending Dask tasks are cancelled, finished points stay (:class:`SweepInterrupted`). A
+Dask cluster left without a worker for the timeout stops a sweep the same way (:class:`SweepStalled`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pandas as pd
 from .output.identity import computed_part, differing_keys, digest, input_files, point_identity
 from .output.write import OutputError, apply_umask, prepare_folder, write_text_atomic
 from .scenario import ScenarioError, build_scenario, resolve, scenario_dump
-from .workers import sigint_held, sigint_ignored, worker_pool
+from .workers import sigint_held, worker_pool
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,17 @@ def run_point(base: dict, source: str, overrides: list[str], base_dir: str | Non
 
 class SweepFolderError(OutputError):
     """A sweep folder that cannot be resumed as asked (made from another base scenario)."""
+
+
+class SweepStalled(SweepFolderError):
+    """The Dask cluster lost its last worker and none came back within the timeout: the sweep stopped,
+    ``kept`` of ``total`` points are in ``folder/points``, and rerunning the same call resumes from them."""
+
+    def __init__(self, reason: str, folder: Path, kept: int, total: int) -> None:
+        super().__init__(
+            f"{reason}; {kept} of {total} points kept in {folder / 'points'}: to resume, rerun the same command"
+        )
+        self.folder, self.kept, self.total = folder, kept, total
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -199,16 +211,15 @@ def check_resumable(out_dir: Path, now: dict) -> None:
 
 
 def connect_dask(address: str, timeout_s: float = 10.0):
-    """A Dask client, or one line saying no scheduler answered (before anything is written)."""
-    from dask.distributed import Client
+    """A Dask client, or one line saying why not (before anything is written), in bounded time
+    (:mod:`hicache_sim.cluster`)."""
+    from .cluster import ClusterError
+    from .cluster import connect_dask as connect
 
     try:
-        return Client(address, timeout=f"{timeout_s}s")
-    except (OSError, TimeoutError, ValueError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise SweepFolderError(
-            f"--dask-scheduler {address}: no scheduler answered within {timeout_s:g} s ({first[:120]})"
-        ) from None
+        return connect(address, timeout_s)
+    except ClusterError as e:
+        raise SweepFolderError(str(e)) from None
 
 
 def run_sweep(
@@ -268,7 +279,13 @@ def run_sweep(
 
         try:
             if client is not None:
-                _run_dask(client, todo, save, base, source, base_dir)
+                from .cluster import ClusterStopped, run_on_cluster
+
+                calls = [(p, (run_point, base, source, p.set_args, base_dir)) for p in todo]
+                try:
+                    run_on_cluster(client, dask_scheduler, calls, save, dask_timeout_s)
+                except ClusterStopped as e:
+                    raise SweepStalled(str(e), out_dir, skipped + len(saved), len(planned)) from None
             elif workers > 1 and len(todo) > 1:
                 with worker_pool(workers) as ex:
                     futs = {ex.submit(run_point, base, source, p.set_args, base_dir): p for p in todo}
@@ -281,8 +298,9 @@ def run_sweep(
             raise SweepInterrupted(out_dir, skipped + len(saved), len(planned)) from None
     finally:
         if client is not None:
-            with sigint_ignored():
-                client.close()
+            from .cluster import close
+
+            close(client)
     rows = []
     for p in planned:
         row = json.loads((points_dir / f"{p.file_id}.json").read_text(encoding="utf-8"))
@@ -294,23 +312,6 @@ def run_sweep(
     write_parquet(table, out_dir / "sweep.parquet")
     write_text_atomic(out_dir / "sweep.csv", table.to_csv(index=False))
     return SweepResult(table, len(todo), skipped, out_dir, keys or list(base.get("sweep") or {}))
-
-
-def _run_dask(client, todo: list[PlannedPoint], save, base: dict, source: str, base_dir: str | None) -> None:
-    """Run ``todo`` on the cluster, saving each as it finishes. Ctrl-C cancels every task not yet
-    finished (one already running on a worker ends there and is dropped) before it propagates."""
-    from dask.distributed import as_completed as dask_completed
-
-    futs = {}
-    try:
-        for p in todo:
-            futs[client.submit(run_point, base, source, p.set_args, base_dir, pure=False)] = p
-        for fut in dask_completed(futs):
-            save(futs[fut], fut.result())
-    except KeyboardInterrupt:
-        with sigint_ignored():
-            client.cancel([f for f in futs if not f.done()])
-        raise
 
 
 def swept_keys(folder: Path) -> list[str] | None:

@@ -1741,3 +1741,79 @@ def test_bad_dp_flags_of_from_sglang(tmp_path, flags, fragments):
     out = tmp_path / "s.yaml"
     assert_user_error(invoke("from-sglang", "--out", out, "--", *LAUNCH, *flags), *fragments)
     assert snapshot(tmp_path) == {}
+
+
+# --------------------------------------------------------------------------- a Dask address that is no scheduler
+
+
+def _listener(greeting: bytes | None, reply: bytes | None):
+    """A local TCP server on a free port, in a daemon thread: sends ``greeting`` on accept (a banner),
+    answers ``reply`` once a request's blank line arrives (an HTTP server), else reads in silence."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve(conn) -> None:
+        with conn:
+            if greeting:
+                conn.sendall(greeting)
+            seen = b""
+            while chunk := conn.recv(65536):
+                seen += chunk
+                if reply and b"\r\n\r\n" in seen:
+                    conn.sendall(reply)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv
+
+
+DASK_PORT_CASES = [
+    pytest.param(
+        None, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "no Dask handshake within 2 s", id="http"
+    ),
+    pytest.param(b"SSH-2.0-OpenSSH_9.6\r\n", None, "not a Dask handshake", id="banner"),
+]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="needs dask.distributed")
+@pytest.mark.parametrize(("greeting", "reply", "fragment"), DASK_PORT_CASES)
+def test_dask_scheduler_address_that_is_another_server(tmp_path, greeting, reply, fragment):
+    """An HTTP port held the sweep past --dask-timeout for ever; a banner was read as a frame length (an
+    exabyte allocation, a traceback). One line, exit 2, within the timeout, nothing written. In a
+    subprocess with a timeout, so a hang fails instead of stalling the suite."""
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    srv = _listener(greeting, reply)
+    address = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    sc = write_scenario(tmp_path, {**TINY, "sweep": {"cache.host_ratio": [0.5, 1]}})
+    before = snapshot(tmp_path)
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    args = ["sweep", str(sc), "--out", str(tmp_path / "sw"), "--dask-scheduler", address, "--dask-timeout", "2"]
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "hicache_sim", *args], capture_output=True, text=True, timeout=60, env=env
+        )
+    finally:
+        srv.close()
+    assert time.monotonic() - t0 < 30
+    assert_user_error(
+        SimpleNamespace(exit_code=r.returncode, output=r.stdout + r.stderr), f"--dask-scheduler {address}", fragment
+    )
+    assert snapshot(tmp_path) == before
+    assert not (tmp_path / "sw").exists()

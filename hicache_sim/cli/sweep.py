@@ -68,7 +68,10 @@ def sweep(
         None, "--dask-scheduler", metavar="ADDR", help="address of a Dask distributed scheduler (tcp://host:8786)"
     ),
     dask_timeout: float = typer.Option(
-        10.0, "--dask-timeout", min=0.1, help="seconds to wait for the Dask scheduler to answer"
+        10.0,
+        "--dask-timeout",
+        min=0.1,
+        help="seconds to wait for the Dask scheduler to answer, and for a worker while its cluster has none",
     ),
     force: bool = typer.Option(
         False, "--force", help="recompute every point, even into a folder made from another base scenario"
