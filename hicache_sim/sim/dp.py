@@ -32,6 +32,7 @@ from ..core import ConfigError
 from ..core.routing import ROUTERS, RankLoad, Router
 from ..scenario import Resolved
 from ..workloads import Request
+from ..workloads.lazy import rids_known_unique
 from ..workloads.synthetic import Workload
 from ..workloads.workload import MAX_CLOCK_S
 from .arrivals import arrivals_for
@@ -112,7 +113,7 @@ class DPWorld:
         self.reserve_last_token = self.ranks[0].policy.reserve_last_token
         self.request_overhead_s = resolved.request_overhead_s
         n = len(workload.requests)
-        if len({r.rid for r in workload.requests}) != n:
+        if not rids_known_unique(workload.requests) and len({r.rid for r in workload.requests}) != n:
             raise SimulationError("request ids are not unique in the workload")
         self.records: list[RequestRecord | None] = [None] * n
         self.rank_of: list[int] = [-1] * n
