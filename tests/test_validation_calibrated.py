@@ -122,3 +122,17 @@ def test_the_ssd_runs_miss_is_not_the_attention_over_its_cached_prefix() -> None
     assert ComputeParams.from_resolved(r).attn_tile_rows == 128
     committed = _committed("mooncake_ssd_offload_a100")["mooncake_ssd_offload_a100.mooncake_ssd"]
     assert abs(committed["err_calibrated"]) > HELD
+
+
+def test_the_ssd_sets_store_deficit_follows_the_tokens_loaded_into_the_gpu() -> None:
+    """MISSES: what the store rounds have and the GPU-only run has not. The GPU-only run loads nothing
+    into the GPU; in rounds 1-6 of + Mooncake and + SSD (every history hits) the calibrated shortfall
+    grows with the tokens each request loads (host and store hits), round for round."""
+    runs = _committed("mooncake_ssd_offload_a100")
+    assert not any(runs["mooncake_ssd_offload_a100.gpu_only"]["loaded_calibrated"])
+    for label in ("mooncake_ssd_offload_a100.mooncake", "mooncake_ssd_offload_a100.mooncake_ssd"):
+        r = runs[label]
+        loaded = r["loaded_calibrated"][1:7]
+        short = [p - c for p, c in zip(r["published"][1:7], r["calibrated"][1:7], strict=True)]
+        assert loaded == sorted(loaded) and short == sorted(short), (label, loaded, short)
+        assert short[0] > 0

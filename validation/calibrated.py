@@ -28,11 +28,12 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from hicache_sim.runner import simulate
 
-from .run import ROOT, _derived, _runs, _scenario, load_cases, round_metrics
+from .run import ROOT, _derived, _rounds_of, _runs, _scenario, load_cases, round_metrics
 
 OUT_DIR = ROOT / "results" / "validation"
 COMMAND = "python -m validation.calibrated"
@@ -111,6 +112,7 @@ class RunResult:
     err_calibrated: float = 0.0
     hit_published: list[float] = field(default_factory=list)
     hit_calibrated: list[float] = field(default_factory=list)
+    loaded_calibrated: list[float] = field(default_factory=list)  # tokens per request from host or store
     round_err_preset: float = 0.0  # median |relative error| over the rounds
     round_err_calibrated: float = 0.0
 
@@ -191,7 +193,15 @@ def _per_round(
     if read_gbps is not None:
         scen["hardware"].setdefault("storage", {})["read_gbps"] = read_gbps
     out = simulate(_scenario(scen, fast=False, rounds=None), base_dir=ROOT)
-    return round_metrics(out.requests)
+    return round_metrics(out.requests) | {"loaded_tokens": loaded_tokens(out.requests)}
+
+
+def loaded_tokens(df: pd.DataFrame) -> list[float]:
+    """Per round, the mean tokens a finished request's hits brought into the GPU (host and storage
+    hits): what the GPU-only run never does, against which the + store runs' deficit is read (MISSES)."""
+    df = df[df["status"] == "finished"].assign(round=_rounds_of(df))
+    loaded = df["host_hit_tokens"] + df["storage_hit_tokens"]
+    return [float(x) for x in df.assign(loaded=loaded).groupby("round")["loaded"].mean()]
 
 
 def run_set(s: PublicSet, out_dir: Path) -> tuple[list[RunResult], dict]:
@@ -214,6 +224,7 @@ def run_set(s: PublicSet, out_dir: Path) -> tuple[list[RunResult], dict]:
                 after["ttft_mean_s"],
                 hit_published=[float(x) for x in pub["hit_rate"]],
                 hit_calibrated=after["hit_rate"],
+                loaded_calibrated=after["loaded_tokens"],
             )
         )
     return rows, fit
@@ -269,13 +280,16 @@ def table(rows: list[RunResult], fits: dict[str, dict]) -> str:
             f"{100 * r.round_err_preset:.1f}% -> {100 * r.round_err_calibrated:.1f}% |"
         )
     out += ["", "## Per round (mean TTFT, s: published / presets / calibrated, calibrated error)", ""]
-    out += ["| run | round | published | presets | calibrated | error | hit rate published / calibrated |"]
-    out += ["|---|---|---|---|---|---|---|"]
+    out += [
+        "| run | round | published | presets | calibrated | error | hit rate published / calibrated "
+        "| tokens loaded per request (calibrated) |"
+    ]
+    out += ["|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for i, (p, b, a) in enumerate(zip(r.published, r.preset, r.calibrated, strict=True)):
             out.append(
                 f"| {r.label} | {i} | {p:.2f} | {b:.3f} | {a:.3f} | {_pct(a / p - 1)} | "
-                f"{r.hit_published[i]:.3f} / {r.hit_calibrated[i]:.3f} |"
+                f"{r.hit_published[i]:.3f} / {r.hit_calibrated[i]:.3f} | {r.loaded_calibrated[i]:.0f} |"
             )
     out += ["", "## The fits (`hicache-sim calibrate` on each GPU-only run)", ""]
     for name, fit in fits.items():
