@@ -195,6 +195,7 @@ class ComputeParams:
         ranks = hw.tp * hw.pp
         per_param = WEIGHT_BYTES[m.weights_dtype]
         fp8 = m.weights_dtype == "fp8" and r.gpu.fp8_tflops is not None
+        tiling = attention_tiling(r)
         return cls(
             peak_flops=r.gpu.bf16_tflops * 1e12,
             linear_peak_flops=(r.gpu.fp8_tflops if fp8 else r.gpu.bf16_tflops) * 1e12,
@@ -225,7 +226,10 @@ class ComputeParams:
             unsplit_bytes_per_token=unsplit_bytes_per_token(m, r.stage_layers),
             prefill_host_s_per_layer=k[PREFILL_FLOOR_KNOB[r.prefill_graph]] * 1e-6,
             decode_s_per_layer=k["decode_us_per_layer"] * 1e-6,
-            **attention_rule_fields(r),
+            attn_tile_rows=tiling[0],
+            attn_heads=tiling[1],
+            attn_kv_bytes=tiling[2],
+            attn_index_bytes=tiling[3],
         )
 
     def with_overrides(self, **changes: float) -> ComputeParams:
@@ -236,21 +240,22 @@ class ComputeParams:
         return dataclasses.replace(self, **changes)
 
 
-def attention_rule_fields(r: Resolved) -> dict[str, float]:
-    """The ``ComputeParams`` fields of the scenario's attention backend's rule: none (the roofline)
-    when the backend is SGLang's default or has no rule, or the model's attention is MLA (its prefill
-    runs other kernels)."""
+def attention_tiling(r: Resolved) -> tuple[int, int, float, float]:
+    """The scenario's attention backend's rule as ``ComputeParams`` fields (query rows per program
+    tile, query heads per rank, K and V bytes of one head and token, index bytes per prefix token);
+    zeros (the roofline) when the backend is SGLang's default or has no rule, or the model's
+    attention is MLA (its prefill runs other kernels)."""
     backend = r.scenario.hardware.attention_backend
     if backend is None or backend not in ATTENTION_RULES or r.model.attention != "mha":
-        return {}
+        return 0, 0, 0.0, 0.0
     rule = ATTENTION_RULES.get(backend)
     head_dim = r.model.head_dim
-    return {
-        "attn_tile_rows": rule.tile_rows(GPU_ARCH[r.gpu.name], head_dim),
-        "attn_heads": r.model.q_heads // r.scenario.hardware.tp,
-        "attn_kv_bytes": 2.0 * head_dim * DTYPE_BYTES[r.scenario.model.dtype],
-        "attn_index_bytes": float(rule.index_bytes),
-    }
+    return (
+        rule.tile_rows(GPU_ARCH[r.gpu.name], head_dim),
+        r.model.q_heads // r.scenario.hardware.tp,
+        2.0 * head_dim * DTYPE_BYTES[r.scenario.model.dtype],
+        float(rule.index_bytes),
+    )
 
 
 def unsplit_bytes_per_token(model: ModelPreset, layers: int) -> float:
