@@ -214,6 +214,8 @@ class DPWorld:
             events += 1
         self.verify()
         ranks = [rank.result() for rank in self.ranks]
+        for res in ranks:  # the clock's events are the world's, counted here once
+            res.counters.pop("events", None)
         merged = sum(rank.scheduler.merged_steps for rank in self.ranks)
         counters = _sum_counters([r.counters for r in ranks])
         if self.shared_store is not None:  # one store: its figures once, not once per rank
