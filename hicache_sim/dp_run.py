@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .core import ConfigError, HiCache
+from .core import CacheConfig, ConfigError, HiCache
 from .core.routing import ROUTERS
 from .core.stores import STORE_MODELS
 from .instant import InstantResult, run_instant
@@ -76,7 +76,14 @@ def run_instant_dp(r: Resolved) -> Callable[..., InstantResult]:
         )
     n = r.dp_ranks
 
-    def run(config, requests: Iterable[Request], *, on_request=None, record_transfers: bool = False, **kw):
+    def run(
+        config: CacheConfig,
+        requests: Iterable[Request],
+        *,
+        on_request: Callable[[int, Any], None] | None = None,
+        record_transfers: bool = False,
+        **kw: Any,
+    ) -> InstantResult:
         # Each rank replays its share in the run's order; a rank's share is held in memory meanwhile.
         shares: list[list[tuple[int, Request]]] = [[] for _ in range(n)]
         router = ROUTERS.get(method)(n)
@@ -88,7 +95,7 @@ def run_instant_dp(r: Resolved) -> Callable[..., InstantResult]:
         for k, share in enumerate(shares):
             index = [i for i, _ in share]
 
-            def sample(j: int, cache: HiCache, index=index) -> None:
+            def sample(j: int, cache: HiCache, index: list[int] = index) -> None:
                 if on_request is not None and j < len(index):
                     on_request(index[j], cache)
 

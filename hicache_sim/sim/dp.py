@@ -23,13 +23,15 @@ the step time of its own batch on the whole tp group. The weights per GPU are th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
 from ..core import ConfigError
 from ..core.routing import ROUTERS, RankLoad, Router
+from ..core.stores import OffloadedStore, StoreModel
 from ..scenario import Resolved
 from ..workloads import Request
 from ..workloads.lazy import rids_known_unique
@@ -46,7 +48,7 @@ class RankWorld(World):
     """One DP rank: a World on a shared clock with no arrivals of its own; its done requests go to the
     :class:`DPWorld` in front."""
 
-    def __init__(self, front: DPWorld, rank: int, resolved: Resolved, **kw) -> None:
+    def __init__(self, front: DPWorld, rank: int, resolved: Resolved, **kw: Any) -> None:
         self.front = front
         self.rank = rank
         super().__init__(resolved, Workload([]), **kw)
@@ -253,15 +255,16 @@ class DPWorld:
                 raise SimulationError(f"DP rank {rank.rank}: {e}") from None
 
 
-def share_store(ranks: list[World], env: simpy.Environment):
+def share_store(ranks: Sequence[World], env: simpy.Environment) -> StoreModel | OffloadedStore | None:
     """Give every rank the first rank's L3 store when its model is one pool all ranks fill
     (``capacity_scope`` shared: Mooncake, NIXL, a file directory): SGLang's DP ranks write and look up
     the same keys there, so a prefix one rank stored is a storage hit on the others. Returns that store,
     or None (no store, or one each rank keeps for itself). Its clock becomes the shared one."""
     store = ranks[0].cache.storage
-    if store is None or getattr(store, "pool", store).capacity_scope != "shared":
+    pool = store.pool if isinstance(store, OffloadedStore) else store
+    if pool is None or pool.capacity_scope != "shared":
         return None
-    getattr(store, "pool", store).clock = lambda: env.now
+    pool.clock = lambda: env.now
     for rank in ranks[1:]:
         rank.cache.storage = store
     return store
