@@ -2,7 +2,8 @@
 
 Instant mode has no queues, so it can route only by a method that reads none: ``round_robin`` (request i
 of the run's order goes to rank i mod ranks, as SGLang's controller counts them). Each rank replays its
-share through its own cache; the load-aware methods need a timed run and are refused with one line.
+share through its own cache; the load-aware methods need a timed run, as ranks sharing one store do:
+``resolve`` refuses both in instant mode with one line (``scenario/resolve.check_dp_mode``).
 The timed world over the ranks is :mod:`hicache_sim.sim.dp`.
 """
 
@@ -11,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .core import CacheConfig, ConfigError, HiCache
+from .core import CacheConfig, HiCache
 from .core.routing import ROUTERS
-from .core.stores import STORE_MODELS
 from .instant import InstantResult, run_instant
 from .output.columns import Columns
 from .output.summary import SCOPES, _percentiles, hit_rates
@@ -60,20 +60,9 @@ def _sum(dicts: list[dict]) -> dict:
 def run_instant_dp(r: Resolved) -> Callable[..., InstantResult]:
     """:func:`~hicache_sim.instant.run_instant` over the scenario's DP ranks, round robin. The result
     holds every request's hits in the run's order, ``cache`` the ranks' caches summed and ``row_ranks``
-    the rank of each request. Raises ConfigError for a method that reads the ranks' load."""
+    the rank of each request."""
+    # resolve() refused the load-aware methods and a shared store in instant mode (check_dp_mode).
     method = r.scenario.hardware.load_balance_method
-    if ROUTERS.get(method).needs_load:
-        raise ConfigError(
-            "hardware.load_balance_method",
-            f"{method} sends each request to the rank with the least load (its running and waiting requests), "
-            "which only a timed run has: use mode: timed, or round_robin in instant mode",
-        )
-    if r.cache.storage and STORE_MODELS.get(r.cache.storage_eviction).capacity_scope == "shared":
-        raise ConfigError(
-            "mode",
-            f"the {r.dp_ranks} DP ranks share one L3 store ({r.cache.storage_eviction}), which each reads as the "
-            "others fill it: instant mode replays one rank after another, so use mode: timed",
-        )
     n = r.dp_ranks
 
     def run(

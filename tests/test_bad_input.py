@@ -1690,20 +1690,6 @@ DP_CASES = [
         ["hardware.load_balance_method", "unknown load balance method", "round_robin"],
         id="old-method",
     ),
-]
-
-
-@pytest.mark.parametrize(("content", "fragments"), DP_CASES)
-@pytest.mark.parametrize("verb", ["run", "validate"])
-def test_bad_dp_fields(tmp_path, verb, content, fragments):
-    sc = write_scenario(tmp_path, content)
-    before = snapshot(tmp_path)
-    extra = ["--out", tmp_path / "out"] if verb == "run" else []
-    assert_user_error(invoke(verb, sc, *extra), *fragments)
-    assert snapshot(tmp_path) == before
-
-
-DP_RUN_CASES = [
     pytest.param(
         {**TINY, "hardware": {"dp": 2, "load_balance_method": "total_requests"}},
         ["hardware.load_balance_method", "only a timed run has"],
@@ -1717,11 +1703,13 @@ DP_RUN_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("content", "fragments"), DP_RUN_CASES)
-def test_dp_run_that_instant_mode_cannot_route(tmp_path, content, fragments):
+@pytest.mark.parametrize(("content", "fragments"), DP_CASES)
+@pytest.mark.parametrize("verb", ["run", "validate"])
+def test_bad_dp_fields(tmp_path, verb, content, fragments):
     sc = write_scenario(tmp_path, content)
     before = snapshot(tmp_path)
-    assert_user_error(invoke("run", sc, "--out", tmp_path / "out"), *fragments)
+    extra = ["--out", tmp_path / "out"] if verb == "run" else []
+    assert_user_error(invoke(verb, sc, *extra), *fragments)
     assert snapshot(tmp_path) == before
 
 

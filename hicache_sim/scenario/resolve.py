@@ -12,6 +12,7 @@ from ..core import (
     ConfigError,
 )
 from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
+from ..core.routing import ROUTERS
 from ..core.sizing import ModelDims, dsa_indexer_bytes_per_token, host_pool_tokens, kv_bytes_per_token
 from ..core.stores import STORE_MODELS
 from ..hardware.linkmodel import LinkParams
@@ -229,6 +230,27 @@ def attn_tp(hw: HardwareSpec) -> int:
     return hw.tp // hw.attn_dp
 
 
+def check_dp_mode(sc: Scenario, storage: StorageParams) -> None:
+    """Instant mode has no queues and replays one DP rank after another: it can route only by a method
+    that reads no load, and cannot let the ranks share one store in time order (both need mode: timed)."""
+    hw = sc.hardware
+    if sc.mode != "instant" or hw.dp * hw.attn_dp == 1:
+        return
+    method = hw.load_balance_method
+    if ROUTERS.get(method).needs_load:
+        raise ConfigError(
+            "hardware.load_balance_method",
+            f"{method} sends each request to the rank with the least load (its running and waiting requests), "
+            "which only a timed run has: use mode: timed, or round_robin in instant mode",
+        )
+    if storage.on and STORE_MODELS.get(storage.eviction).capacity_scope == "shared":
+        raise ConfigError(
+            "mode",
+            f"the {hw.dp * hw.attn_dp} DP ranks share one L3 store ({storage.eviction}), which each reads as the "
+            "others fill it: instant mode replays one rank after another, so use mode: timed",
+        )
+
+
 def attn_dp_chunk(chunk: int | None, attn_dp: int) -> int | None:
     """Each attention-DP group's prefill chunk: SGLang divides ``--chunked-prefill-size`` by the groups
     after sizing memory with the whole one (``handle_data_parallelism``)."""
@@ -357,6 +379,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     running = running_cap(sc, model, device_tokens, warnings)
     host_tokens = _host_tokens(sc, device_tokens, bpt, warnings, indexer_bytes_per_token(model, stage_layers))
     storage = _storage(sc, bpt, model)
+    check_dp_mode(sc, storage)
     policy = _write_policy(sc.cache, warnings)
     cache = _cache_config(sc.cache, policy, device_tokens, host_tokens, storage, bpt, strict)
     cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
