@@ -324,3 +324,33 @@ def test_a_given_running_cap_is_shared_by_the_attention_groups():
     attn_dp (sglang 0.5.23 resolve_max_num_reqs: 64 // 4 = 16); replicas each take the whole of it."""
     assert resolve(_scenario("timed", tp=8, attn_dp=4)).max_running_requests == 16
     assert resolve(_scenario("timed", dp=2)).max_running_requests == 64
+
+
+def test_validate_gives_each_rank_s_pools_and_the_node_s(tmp_path):
+    """validate: one line with the ranks and each one's own pools; the node line counts a host pool per
+    GPU: attention-DP groups share the tp GPUs (8), replicas bring their own (tp 2 x dp 3 = 6)."""
+    import yaml
+    from conftest import invoke
+
+    for hw, ranks, shape, on_node in (
+        ({"tp": 8, "attn_dp": 4}, 4, "attn_dp 4 groups of 2 GPU(s)", 8),
+        ({"tp": 2, "dp": 3}, 3, "dp 3 replicas of tp 2 GPU(s)", 6),
+    ):
+        sc = tmp_path / "s.yaml"
+        data = {"name": "s", "model": "llama-3.1-8b", "hardware": {"gpu": "h200", **hw}, "cache": {"page_size": 64}}
+        sc.write_text(yaml.safe_dump(data))
+        out = invoke("validate", sc).output
+        r = resolve(build_scenario(data, "s.yaml"))
+        assert (
+            f"data parallel: {ranks} ranks ({shape}), each with its own radix tree, device pool of "
+            f"{r.device_tokens} tokens and host pool of {r.host_tokens} tokens per GPU"
+        ) in out
+        assert f"host memory: {on_node} rank(s) on the node" in out
+
+
+def test_a_dp_run_is_deterministic():
+    """Same scenario, same rows: the ranks' processes start in rank order and the router keeps no clock."""
+    reqs = sorted(_busy_then_burst() + _session(turns=5, gap_s=0.3, first=5000), key=lambda q: q.arrival_s)
+    runs = [_run("timed", reqs, dp=3, method="total_tokens") for _ in range(2)]
+    assert runs[0].request_columns.to_frame().equals(runs[1].request_columns.to_frame())
+    assert runs[0].summary == runs[1].summary
