@@ -114,6 +114,27 @@ def test_one_request_has_no_rate_to_judge():
     assert s["verdict"] == "unknown" and s["utilisation"] is None and s["offered"]["requests_per_s"] is None
 
 
+def test_a_burst_shorter_than_one_requests_service_has_no_rate(tmp_path):
+    """Three requests within 2 ms (a request takes ~50 ms of GPU time): one burst, not a steady
+    overload; it was called saturated at utilisation 51 with "51 instances fit this load"."""
+    trace = tmp_path / "t.jsonl"
+    rows = [{"timestamp": i, "input_length": 2048, "output_length": 16, "hash_ids": [10 * i + j for j in range(4)]}
+            for i in range(3)]  # fmt: skip
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = {
+        "name": "burst",
+        "mode": "timed",
+        "model": "llama-3.1-8b",
+        "cache": {"page_size": 64},
+        "metrics": {"warmup_fraction": 0.0},
+        "workload": {"kind": "trace", "trace": {"path": str(trace)}},
+    }
+    s = simulate(build_scenario(data, "test", [])).summary["saturation"]
+    assert s["last_arrival_s"] < 1.0 / s["capacity"]["requests_per_s"]
+    assert s["verdict"] == sat.UNKNOWN and s["rules_fired"] == [] and s["instances_needed"] == 1
+    assert sat.saturation_line(s) is None
+
+
 def test_same_scenario_same_bytes():
     a = simulate(build_scenario(scenario(ABOVE, 150), "test", [])).summary
     b = simulate(build_scenario(scenario(ABOVE, 150), "test", [])).summary

@@ -41,7 +41,8 @@ spent queueing, when the waiting queue last emptied before the last arrival (aft
 and ``instances_needed``, the smallest count ``k`` with ``rho / k < 1`` (each instance taking ``1 / k`` of
 the traffic with the same hit rate; ``instances_within_capacity``: with ``rho / k < RHO_NEAR``, where
 queueing no longer dominates TTFT). A window of fewer than two arrivals, or with nothing served, has
-no rate: ``unknown``.
+no rate: ``unknown``; so has a burst, a window whose arrivals all fall within the GPU time of one of its
+requests at capacity (the server takes them together: no rate over it describes a steady state).
 """
 
 from __future__ import annotations
@@ -219,6 +220,10 @@ def saturation_block(
         slope = _slope(np.asarray(finished["arrival_s"], dtype=float)[ok], q)
         total = math.fsum(ttft)
         share = math.fsum(q) / total if total > 0 else None
+    if capacity_rps and n > 1 and span < 1.0 / capacity_rps:
+        # Every arrival falls within the GPU time of one request: to the server the window is one burst,
+        # served together, and a rate over it (or a queue's slope) says nothing about a steady state.
+        util = slope = None
     signals = Signals(open_loop, util, slope)
     fired = [rule.name for rule in RULES if rule.fires(signals)]
     if not open_loop:
