@@ -84,7 +84,14 @@ MISSES = {
         "ratio (calibrated -33..-37% whatever the factor). What the store rounds have and the GPU-only run has "
         "not is loading the hit prefix into the GPU: their calibrated deficit grows with the tokens loaded "
         "(+ L2 and + Mooncake round 1 -10%, round 2 -27..-28%, + Mooncake rounds 3-6 -37..-47%), host hits "
-        "included; that load path is the next mechanism to read"
+        "included. Nor is it the load path as SGLang 0.5.10 codes it, which is the simulator's: admitted in the "
+        "step that matches it, the batch's loads merged and issued before its forward, the forward waiting layer "
+        "by layer on a pinned host pool (JIT kernel for + L2, one cudaMemcpyBatchAsync a layer for the store "
+        "runs); in the model the forward waits 0.44 s in all for loads over + Mooncake's 180 requests, and even "
+        "an unhidden load at the preset's 25.1 GB/s would be a sixth of the deficit. It asks for a load at ~4 GB/s "
+        "that the forward waits for; what could make one (the JIT kernel's blocks waiting for free SMs under the "
+        "prefill, a driver older than 12.8 putting the direct path on per-page copies, the RDMA loopback read "
+        "rate) needs a measurement on the source's machine"
     ),
 }
 
