@@ -101,4 +101,3 @@ class PagePool:
     def recycled_pages(self) -> list[int]:
         """Copy of the freed slots in reuse order, after the never-used ones (read-only; for checks)."""
         return self._free[self._head :]
-

@@ -551,9 +551,7 @@ def indexer_bytes_per_token(model: ModelPreset, layers: int) -> int:
     return dsa_indexer_bytes_per_token(model.index_head_dim, layers)
 
 
-def default_host_ratio(
-    sc: Scenario, device_tokens: int, bpt: int, warnings: list[str], indexer_bpt: int = 0
-) -> float:
+def default_host_ratio(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str], indexer_bpt: int = 0) -> float:
     """The host ratio SGLang takes when no host size is given: 2 (1.2 in buffer_only), lowered so the
     host pools fit ``hardware.host_memory_gib`` when given (``auto_size_hicache``): per rank,
     ``(host memory - 10 GiB) // ranks per host x host_memory_fraction x 0.95`` over the device bytes the
