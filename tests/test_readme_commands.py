@@ -474,13 +474,8 @@ def check_runs(q: Quoted, box: Path, monkeypatch) -> None:
     after = digests(box / "results")
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     inside = f"{folder}/".removeprefix("results/") if folder is not None else None
-    if committed and verb in RESUMING:
-        allowed: list[str] = []
-    elif inside is not None:
-        allowed = [k for k in changed if k.startswith(inside)]
-    else:
-        allowed = []
-    stray = [k for k in changed if k not in allowed and Path(k).name not in IGNORED]
+    writes = inside if inside is not None and not (committed and verb in RESUMING) else None  # may change
+    stray = [k for k in changed if Path(k).name not in IGNORED and not (writes and k.startswith(writes))]
     assert not stray, f"{said} changed {len(stray)} file(s) of the committed results (first: {stray[:5]})" + (
         "; a resume must reuse every point and rewrite nothing" + remake if verb in RESUMING else ""
     )
@@ -635,9 +630,10 @@ def test_quoted_command(q, tmp_path, monkeypatch):
 
 
 def _resuming() -> list[Quoted]:
+    """One quoted sweep or advise command per committed folder it resumes."""
     out, seen = [], set()
     for q in QUOTED:
-        if kind(q) != "run" or _verb(q.words)[1][:1] not in ([v] for v in RESUMING):
+        if kind(q) != "run" or (_verb(q.words)[1] or [None])[0] not in RESUMING:
             continue
         folder = target_folder(q.words, ROOT)
         if folder is not None and (ROOT / folder).is_dir() and folder not in seen:
