@@ -104,9 +104,9 @@ class CacheConfig:
         self._choice("eviction_granularity", self.eviction_granularity, EVICTION_GRANULARITIES)
         SEMANTICS.get(self.semantics)
         for name, allowed in SEMANTIC_CHOICES.items():
-            value = getattr(self, name)
-            if value is not None:
-                self._choice(name, value, allowed)
+            choice = getattr(self, name)  # a name or None (the era's default), not the int ``value`` above
+            if choice is not None:
+                self._choice(name, choice, allowed)
         if self.storage_capacity_pages is not None and self.storage_capacity_pages < 0:
             raise ConfigError("cache.storage_capacity_pages", f"must be >= 0, got {self.storage_capacity_pages}")
         STORE_MODELS.get(self.storage_eviction).check_params(self.storage_eviction_params)
