@@ -4,13 +4,14 @@ own step times wrote."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import TINY_SCENARIO, invoke
 
-from hicache_sim.calibration.file import load_calibration
+from hicache_sim.calibration.file import CalibrationError, load_calibration
 from hicache_sim.calibration.logfit import fit_log, model_with
 from hicache_sim.calibration.serverlog import parse_line, parse_server_log
 from hicache_sim.scenario import build_scenario, resolve
@@ -236,11 +237,96 @@ REAL_LINES = [
         id="spec-npu-sgl-kernel-npu#608",
     ),
     pytest.param(
-        # a DP-attention rank's line, format of sglang 0.5.23 scheduler_components/pool_stats_observer.py (SWA decode)
-        "[2026-01-02 03:04:05 DP1 TP1 EP1] Decode batch, #running-req: 3, #full token: 900, full token usage: 0.10, "
-        "#swa token: 300, swa token usage: 0.05, cuda graph: True, gen throughput (token/s): 60.00, #queue-req: 0",
-        ("decode", "DP1 TP1 EP1", {"running": 3, "kv_tokens": 900, "usage": 0.10, "gen_tps": 60.0}),
-        id="swa-decode-dp-prefix",
+        # sgl-project/sglang#34924 (hybrid SWA decode: #full token, not #swa token, is the KV; spec cap len)
+        "[2026-08-15 05:37:25 TP0] Decode batch, #running-req: 1, #full token: 768, full token usage: 0.00, "
+        "#swa token: 512, swa token usage: 0.00, accept len: 4.25, accept rate: 0.65, cap len: 6.00, cuda graph: "
+        "True, gen throughput (token/s): 453.13, #queue-req: 0",
+        ("decode", "TP0", {"running": 1, "kv_tokens": 768, "usage": 0.0, "accept_len": 4.25, "gen_tps": 453.13}),
+        id="swa-spec-decode-sglang#34924",
+    ),
+    pytest.param(
+        # sgl-project/sglang#6291 (0.4.6 prefill: "Prefill batch." and no input throughput)
+        "[2025-05-14 09:31:43] Prefill batch. #new-seq: 2, #new-token: 2, #cached-token: 8027, token usage: 0.26, "
+        "#running-req: 28, #queue-req: 0",
+        ("prefill", "", {"new_seqs": 2, "new_tokens": 2, "cached_tokens": 8027, "running": 28, "queue": 0}),
+        id="0.4-prefill-sglang#6291",
+    ),
+    pytest.param(
+        # sgl-project/sglang#6081 (0.4.x, DP attention rank prefix, MTP accept len)
+        "[2025-05-31 18:31:21 DP0 TP0] Decode batch. #running-req: 8, #token: 37217, token usage: 0.13, accept len: "
+        "2.90, cuda graph: True, gen throughput (token/s): 171.01, #queue-req: 0",
+        ("decode", "DP0 TP0", {"running": 8, "kv_tokens": 37217, "accept_len": 2.90, "gen_tps": 171.01}),
+        id="0.4-dp-spec-sglang#6081",
+    ),
+    pytest.param(
+        # shifangx/Scripts-SGLang README.md at 125544551ee365e1714c26e9838dbec75895f880, line 88 (48-DP decode
+        # run after "Scheduler.run_batch sleep 180.0s", 2025-10-16; 0.4.x form, PD decode server, trailing comma)
+        "[2025-10-16 19:02:59 DP0 TP0 EP0] Decode batch. #running-req: 68, #token: 1201280, token usage: 0.69, "
+        "pre-allocated usage: 0.63, #retracted-req: 0, cuda graph: True, gen throughput (token/s): 0.38, "
+        "#queue-req: 0,",
+        ("decode", "DP0 TP0 EP0", {"running": 68, "kv_tokens": 1201280, "usage": 0.69, "gen_tps": 0.38, "queue": 0}),
+        id="0.4-dp-ep-Scripts-SGLang@1255445",
+    ),
+    pytest.param(
+        # shifangx/Scripts-SGLang README.md at 481e976d7e5a84d7e19dd32160795ad9ababf944, line 132 (0.5.x PD
+        # decode server, DP attention; ends ", ")
+        "[2025-11-22 23:24:43 DP0 TP0 EP0] Decode batch, #running-req: 1024, #token: 1922048, token usage: 0.62, "
+        "pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, cuda graph: True, "
+        "gen throughput (token/s): 12112.66, #queue-req: 853, ",
+        ("decode", "DP0 TP0 EP0", {"running": 1024, "kv_tokens": 1922048, "gen_tps": 12112.66, "queue": 853}),
+        id="0.5-dp-ep-Scripts-SGLang@481e976",
+    ),
+    pytest.param(
+        # sgl-project/sglang test/srt/debug_utils/test_log_parser.py at 4a1e4b7df9aa9490c8379d102750adc67a8b597b
+        # (a DP6 rank's line)
+        "[2025-11-03 14:31:10 DP6 TP6 EP6] Decode batch, #running-req: 251, #token: 2811200, token usage: 1.00, "
+        "cuda graph: True, gen throughput (token/s): 2055.94, #queue-req: 655,",
+        ("decode", "DP6 TP6 EP6", {"running": 251, "kv_tokens": 2811200, "usage": 1.0, "queue": 655}),
+        id="dp6-sglang-test_log_parser@4a1e4b7",
+    ),
+    pytest.param(
+        # the same file: a Ray actor's prefix and SGLANG_LOG_FORWARD_ITERS's "Decode batch [N],"
+        "(SGLangEngine pid=111711, ip=10.15.36.1) [2025-10-31 03:45:20 TP0] Decode batch [39913], #running-req: 78, "
+        "#token: 432100, token usage: 0.27, cuda graph: True, gen throughput (token/s): 7269.16, #queue-req: 0,",
+        ("decode", "pid=111711@10.15.36.1 TP0", {"running": 78, "kv_tokens": 432100, "gen_tps": 7269.16}),
+        id="iter-ray-sglang-test_log_parser@4a1e4b7",
+    ),
+    pytest.param(
+        # sgl-project/sglang#17499 (MUSA graph flag, DP prefix without attention DP)
+        "[2026-01-21 19:37:32 DP0 TP0] Decode batch, #running-req: 1, #token: 128, token usage: 0.00, musa graph: "
+        "False, gen throughput (token/s): 18.49, #queue-req: 0, ",
+        ("decode", "DP0 TP0", {"running": 1, "kv_tokens": 128, "graph": False, "gen_tps": 18.49}),
+        id="musa-dp-sglang#17499",
+    ),
+    pytest.param(
+        # sgl-project/sglang#29162 (pipeline stage prefix under a Kubernetes container-log prefix)
+        "2026-06-24T17:38:02.436246479+02:00 stderr F [2026-06-24 15:38:02 PP0] Decode batch, #running-req: 1, "
+        "#token: 998080, token usage: 0.59, cuda graph: True, gen throughput (token/s): 205.21, #queue-req: 0",
+        ("decode", "PP0", {"running": 1, "kv_tokens": 998080, "usage": 0.59, "gen_tps": 205.21}),
+        id="pp-k8s-sglang#29162",
+    ),
+    pytest.param(
+        # sgl-project/sglang#29600 (PP with attention context parallelism: the ATTN_CP tag is part of the rank)
+        "[2026-06-27 10:02:58 PP0 ATTN_CP1 TP1 EP1] Prefill batch, #new-seq: 1, #new-token: 128, #cached-token: 0, "
+        "token usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, #bootstrap-req: 0, #inflight-req: 1, "
+        "npu graph: False, input throughput (token/s): 2.94",
+        ("prefill", "PP0 ATTN_CP1 TP1 EP1", {"new_tokens": 128, "running": 0, "graph": False, "input_tps": 2.94}),
+        id="pp-attn-cp-sglang#29600",
+    ),
+    pytest.param(
+        # sgl-project/sglang#22166 (a progress bar printed on the same terminal line before the logger's prefix)
+        "  2% 1/64 [00:04<04:51,  4.62s/it][2026-04-05 20:02:49] Prefill batch, #new-seq: 1, #new-token: 172, "
+        "#cached-token: 0, token usage: 0.08, #running-req: 31, #queue-req: 0, cuda graph: True, input throughput "
+        "(token/s): 4042.20",
+        ("prefill", "", {"new_seqs": 1, "new_tokens": 172, "cached_tokens": 0, "input_tps": 4042.20}),
+        id="tqdm-prefix-sglang#22166",
+    ),
+    pytest.param(
+        # sgl-project/sglang-omni#712 (Python logging's default format: time, level, logger name)
+        "2026-06-07 10:59:31,659 [INFO] sglang.srt.managers.scheduler_metrics_mixin: Decode batch, #running-req: 1, "
+        "#token: 227, token usage: 0.00, cuda graph: True, gen throughput (token/s): 126.29, #queue-req: 0,",
+        ("decode", "", {"running": 1, "kv_tokens": 227, "graph": True, "gen_tps": 126.29}),
+        id="pylogging-sglang-omni#712",
     ),
 ]
 
@@ -252,6 +338,61 @@ def test_real_lines_parse(text, expect):
     assert (line.kind, line.rank, line.lineno) == (kind, rank, 7)
     for k, v in figures.items():
         assert line.figures[k] == v, k
+
+
+#: Real excerpts that mix the lines of several schedulers: (source, lines, the rank refused).
+MIXED_RANKS = [
+    pytest.param(
+        [  # sgl-project/sglang#17499: two DP ranks, each with its own batch
+            "[2026-01-21 19:37:32 DP0 TP0] Decode batch, #running-req: 1, #token: 128, token usage: 0.00, musa graph: "
+            "False, gen throughput (token/s): 18.49, #queue-req: 0, ",
+            "[2026-01-21 19:37:34 DP1 TP0] Decode batch, #running-req: 1, #token: 88, token usage: 0.00, musa graph: "
+            "False, gen throughput (token/s): 17.16, #queue-req: 0, ",
+        ],
+        "DP1 TP0",
+        id="dp-sglang#17499",
+    ),
+    pytest.param(
+        [  # sgl-project/sglang#29162: every pipeline stage prints the same batch with its own throughput
+            "2026-06-24T17:38:02.436246479+02:00 stderr F [2026-06-24 15:38:02 PP0] Decode batch, #running-req: 1, "
+            "#token: 998080, token usage: 0.59, cuda graph: True, gen throughput (token/s): 205.21, #queue-req: 0",
+            "2026-06-24T17:38:02.442425303+02:00 stderr F [2026-06-24 15:38:02 PP1] Decode batch, #running-req: 1, "
+            "#token: 998080, token usage: 0.59, cuda graph: True, gen throughput (token/s): 203.25, #queue-req: 0",
+        ],
+        "PP1",
+        id="pp-sglang#29162",
+    ),
+    pytest.param(
+        [  # sgl-project/sglang test/srt/debug_utils/test_log_parser.py@4a1e4b7: two Ray engines, both TP0
+            "(SGLangEngine pid=35555) [2025-10-31 03:45:20 TP0] Decode batch [51341], #running-req: 317, #token: "
+            "1094261, token usage: 0.67, cuda graph: True, gen throughput (token/s): 14806.57, #queue-req: 0,",
+            "(SGLangEngine pid=111711, ip=10.15.36.1) [2025-10-31 03:45:20 TP0] Decode batch [39913], #running-req: "
+            "78, #token: 432100, token usage: 0.27, cuda graph: True, gen throughput (token/s): 7269.16, "
+            "#queue-req: 0,",
+        ],
+        "pid=111711@10.15.36.1 TP0",
+        id="ray-engines-sglang-test_log_parser",
+    ),
+]
+
+
+@pytest.mark.parametrize(("lines", "second"), MIXED_RANKS)
+def test_lines_of_two_schedulers_are_refused(tmp_path, lines, second):
+    """Two schedulers' lines interleave in one file (DP ranks, pipeline stages, Ray engines); pairing one's
+    line with the other's would time neither, so the log is refused naming the second rank."""
+    log = write(tmp_path, "\n".join(lines) + "\n")
+    with pytest.raises(CalibrationError, match=rf":2: lines of rank {re.escape(second)} after rank "):
+        parse_server_log(log)
+
+
+def test_terminal_truncated_real_line_is_refused():
+    """sgl-project/sglang#25960 pastes lines a terminal cut to its width: refused, naming file and line."""
+    text = (
+        "[2026-05-28 02:59:50 TP0] Prefill batch, #new-seq: 1, #new-token: 896, #cached-tounning-req: 1, "
+        "#queue-req: 51, #pending-token: 23787, npu graph: False, input thr"
+    )
+    with pytest.raises(CalibrationError, match=re.escape("x.log:3: Prefill batch line is cut off at 'input thr'")):
+        parse_line(text, 3, "x.log")
 
 
 def test_unknown_fields_are_ignored():

@@ -75,7 +75,13 @@ FOREIGN_LOGS = (
 # "[2025-02-27 04:37:29 DP0 TP0 EP0] Decode batch. #running-req: ..." (0.4.x: "batch."; 0.5.x: "batch,";
 # SGLANG_LOG_FORWARD_ITERS adds " [iter]").
 LINE = re.compile(r"(?P<prefix>.*?)\b(?P<kind>Prefill|Decode) batch(?: \[\d+\])?[.,] ?(?P<body>.*)$")
-RANK = re.compile(r"\b(?:TP|DP|PP|EP|CP|ATTN_DP)\d+\b")
+#: Rank tags the scheduler's logger prefix carries: 0.4.10 to 0.5.3 print DP, TP, EP, PP
+#: (``run_scheduler_process``); 0.5.10 and 0.5.23 DP, PP, ATTN_CP, MOE_DP, TP, EP (``configure_scheduler``,
+#: ``configure_scheduler_process``).
+RANK_TAGS = ("DP", "PP", "ATTN_CP", "ATTN_DP", "MOE_DP", "TP", "EP", "CP")
+RANK = re.compile(rf"\b(?:{'|'.join(RANK_TAGS)})\d+\b")
+#: A Ray actor's line prefix, ``(SGLangEngine pid=35555, ip=10.15.36.1)``: two pids are two servers.
+PROCESS = re.compile(r"\(\w+ pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.]+))?\)")
 PART = re.compile(r"^(?P<label>[^:]+): (?P<value>\S+)$")
 
 
@@ -161,8 +167,14 @@ def parse_line(text: str, lineno: int, path: str) -> LogLine | None:
         raise CalibrationError(
             f"{path}:{lineno}: {m['kind']} batch line is cut off or incomplete: no {', '.join(missing)}"
         )
-    rank = " ".join(RANK.findall(m["prefix"]))
-    return LogLine(lineno, kind, rank, figures)
+    return LogLine(lineno, kind, rank_of(m["prefix"]), figures)
+
+
+def rank_of(prefix: str) -> str:
+    """The process and rank tags in a line's prefix (``pid=35555 TP0``): lines whose tags differ were
+    printed by different schedulers, whose intervals must not be paired."""
+    procs = [f"pid={p['pid']}" + (f"@{p['ip']}" if p["ip"] else "") for p in PROCESS.finditer(prefix)]
+    return " ".join(procs + RANK.findall(prefix))
 
 
 def decode_interval(prev: LogLine, line: LogLine, chunk: int | None = None) -> Interval | str:
