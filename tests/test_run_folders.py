@@ -4,10 +4,12 @@ the temporary folders a killed run left in the same parent (any name; never a li
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -131,3 +133,52 @@ def test_stale_temp_folders_of_any_name_in_the_parent_are_cleaned(tmp_path):
     assert invoke("run", sc, "--out", tmp_path / "out", "--no-figures").exit_code == 0
     assert not stale.exists()
     assert live.exists()
+
+
+def test_racing_takers_of_a_stale_lock_never_both_hold_the_folder(tmp_path):
+    """Six processes race for one folder whose lock a dead run left; each holds it for 0.5 s if it gets
+    it. Under the flock exactly one holds it at any time (unlink-and-retake let two in)."""
+    lock = tmp_path / ".out.hicache-lock"
+    lock.write_text(f"{dead_pid()}\n")
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from hicache_sim.output.write import OutputError, hold_folder\n"
+        "t = Path(sys.argv[1]); go = float(sys.argv[2])\n"
+        "time.sleep(max(0.0, go - time.time()))\n"
+        "try:\n"
+        "    with hold_folder(t):\n"
+        "        print('held', time.time(), flush=True); time.sleep(0.5); print('left', time.time(), flush=True)\n"
+        "except OutputError:\n"
+        "    print('refused', flush=True)\n"
+    )
+    go = time.time() + 1.5
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "out"), str(go)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(6)
+    ]
+    outs = [p.communicate(timeout=60)[0].split() for p in procs]
+    spans = sorted((float(o[1]), float(o[3])) for o in outs if o and o[0] == "held")
+    assert spans, outs
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans  # never two at once
+    assert all(o in (["refused"],) or o[0] == "held" for o in outs), outs
+    assert not lock.exists()
+
+
+def test_sweep_and_advise_into_a_held_folder_are_refused(tmp_path):
+    """sweep and advise hold their folder as run does: a second one into it at once is refused in one
+    line and writes nothing (they took no lock: two sweeps resumed the same points into one folder)."""
+    sc = write(tmp_path / "s.yaml", {**TINY, "sweep": {"cache.host_ratio": [0.5, 1.0]}})
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        advise = ["--instant-only", "--workers", "1", "--set", "cache.host_alignment=up_plus_one"]
+        for verb, name, extra in (("sweep", "sw", []), ("advise", "adv", advise)):
+            (tmp_path / f".{name}.hicache-lock").write_text(f"{holder.pid}\n")
+            r = invoke(verb, sc, "--out", tmp_path / name, *extra)
+            assert_user_error(r, name, str(holder.pid), "another hicache-sim run")
+            assert not (tmp_path / name).exists()
+    finally:
+        holder.kill()
+        holder.wait()

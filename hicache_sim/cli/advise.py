@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -58,90 +59,92 @@ def advise(
     from ..advise import advise as run_advice
     from ..advise import check_target_args, setup
     from ..output.advice import advice_dict, advice_figure, advice_lines
-    from ..output.write import check_target, write_text_atomic
+    from ..output.write import check_target, hold_folder, write_text_atomic
     from ..scenario import load_scenario_data, resolve_builtin
     from .sweep import interrupted
 
-    with user_errors(scenario):
-        if workers < 1:
-            raise UserError(f"--workers: expected an integer >= 1, got {workers}")
-        target = check_target_args(target_hit_rate, target_ttft_p99, host_budget_gb)
-        if instant_only and target.kind.timed:
-            raise UserError("--target-ttft-p99 needs timed runs; drop --instant-only")
-        data = load_scenario_data(scenario)
-        st = setup(data, scenario, list(set_), host_budget_gb, _sizes(host_sizes_gb))
-        if instant_only and st.buffer_only:
-            raise UserError(
-                "--instant-only: a buffer_only host is sized on timed runs (instant mode finishes every copy "
-                "before the next request, so it cannot see the staging backlog); drop --instant-only"
-            )
-        name = data.get("name", "scenario") if isinstance(data, dict) else "scenario"
-        shown = out or Path("results") / f"{name}-advise"
-        folder = check_target(shown, "advise")
-        base_dir = str(resolve_builtin(scenario, "scenarios").parent)
-        n = 1
-        for v in st.axes.values():
-            n *= len(v)
-        root = Path(__file__).resolve().parents[2]
-        try:
-            with progress_bar(n, f"{name} advise", unit="points") as bar, output_errors(shown):
-                a = run_advice(
-                    data,
-                    scenario,
-                    folder,
-                    target,
-                    st,
-                    set_args=list(set_),
-                    workers=workers,
-                    base_dir=base_dir,
-                    instant_only=instant_only,
-                    root=root,
-                    on_point=bar.advance,
+    with contextlib.ExitStack() as held:  # the folder is this run's until advice.json is written
+        with user_errors(scenario):
+            if workers < 1:
+                raise UserError(f"--workers: expected an integer >= 1, got {workers}")
+            target = check_target_args(target_hit_rate, target_ttft_p99, host_budget_gb)
+            if instant_only and target.kind.timed:
+                raise UserError("--target-ttft-p99 needs timed runs; drop --instant-only")
+            data = load_scenario_data(scenario)
+            st = setup(data, scenario, list(set_), host_budget_gb, _sizes(host_sizes_gb))
+            if instant_only and st.buffer_only:
+                raise UserError(
+                    "--instant-only: a buffer_only host is sized on timed runs (instant mode finishes every copy "
+                    "before the next request, so it cannot see the staging backlog); drop --instant-only"
                 )
-        except KeyboardInterrupt as e:  # finished points of both sweeps are kept
-            raise interrupted(ctx, "advise", scenario, folder, shown, e) from None
-    import json
-
-    backend = st.storage_backend
-    l3, l3_note = None, None
-    if backend != "none":
-        if instant_only:
-            l3_note = f"L3 ({backend}): no verdict with --instant-only (it needs timed runs)"
-        else:
-            from ..advise import POLICY, RULE, SIZE, point_of
-            from ..l3_pair import store_pair
-
-            typer.echo(f"L3 verdict: timing the recommendation with and without the store ({backend})", err=True)
+            name = data.get("name", "scenario") if isinstance(data, dict) else "scenario"
+            shown = out or Path("results") / f"{name}-advise"
+            folder = check_target(shown, "advise")
+            held.enter_context(hold_folder(folder, shown=shown))
+            base_dir = str(resolve_builtin(scenario, "scenarios").parent)
+            n = 1
+            for v in st.axes.values():
+                n *= len(v)
+            root = Path(__file__).resolve().parents[2]
             try:
-                with user_errors(scenario), output_errors(shown):
-                    point = point_of(a.chosen, [SIZE, POLICY, RULE]).as_set_args()
-                    store = f"cache.storage_backend={json.dumps(backend)}"
-                    l3 = store_pair(
-                        st.base, scenario, [*set_, *point, store], base_dir=base_dir, folder=folder, workers=workers
+                with progress_bar(n, f"{name} advise", unit="points") as bar, output_errors(shown):
+                    a = run_advice(
+                        data,
+                        scenario,
+                        folder,
+                        target,
+                        st,
+                        set_args=list(set_),
+                        workers=workers,
+                        base_dir=base_dir,
+                        instant_only=instant_only,
+                        root=root,
+                        on_point=bar.advance,
                     )
-            except KeyboardInterrupt as e:
+            except KeyboardInterrupt as e:  # finished points of both sweeps are kept
                 raise interrupted(ctx, "advise", scenario, folder, shown, e) from None
-    flags = [
-        ("--target-hit-rate", target_hit_rate),
-        ("--target-ttft-p99", target_ttft_p99),
-        ("--host-budget-gb", host_budget_gb),
-        ("--host-sizes-gb", host_sizes_gb),
-        ("--out", None if out is None else str(out)),
-        *(("--set", s) for s in set_),
-    ]
-    words = [w for f, v in flags if v is not None for w in (f, f"{v:g}" if isinstance(v, float) else v)]
-    command = shlex.join(["hicache-sim", "advise", scenario, *words, *(["--instant-only"] if instant_only else [])])
-    with output_errors(shown):
-        advice_figure(a, folder / "advice.png", f"{name}: host size advice")
-        if l3 is not None:
-            from ..output.l3 import l3_figure
+        import json
 
-            l3_figure(l3["load_vs_recompute"], l3["with_without"], folder / "l3.png", f"{name}: L3 verdict")
-        d = advice_dict(a, command, l3)
-        write_text_atomic(folder / "advice.json", json.dumps(d, indent=1, sort_keys=True) + "\n")
-    for line in advice_lines(a, l3):
-        typer.echo(line)
-    if l3_note:
-        typer.echo(l3_note)
-    figures = f"{shown / 'advice.png'}" + (f", {shown / 'l3.png'}" if l3 is not None else "")
-    typer.echo(f"wrote {shown / 'advice.json'}, {figures} (sweeps in {shown / 'instant'}, {shown / 'timed'})")
+        backend = st.storage_backend
+        l3, l3_note = None, None
+        if backend != "none":
+            if instant_only:
+                l3_note = f"L3 ({backend}): no verdict with --instant-only (it needs timed runs)"
+            else:
+                from ..advise import POLICY, RULE, SIZE, point_of
+                from ..l3_pair import store_pair
+
+                typer.echo(f"L3 verdict: timing the recommendation with and without the store ({backend})", err=True)
+                try:
+                    with user_errors(scenario), output_errors(shown):
+                        point = point_of(a.chosen, [SIZE, POLICY, RULE]).as_set_args()
+                        store = f"cache.storage_backend={json.dumps(backend)}"
+                        l3 = store_pair(
+                            st.base, scenario, [*set_, *point, store], base_dir=base_dir, folder=folder, workers=workers
+                        )
+                except KeyboardInterrupt as e:
+                    raise interrupted(ctx, "advise", scenario, folder, shown, e) from None
+        flags = [
+            ("--target-hit-rate", target_hit_rate),
+            ("--target-ttft-p99", target_ttft_p99),
+            ("--host-budget-gb", host_budget_gb),
+            ("--host-sizes-gb", host_sizes_gb),
+            ("--out", None if out is None else str(out)),
+            *(("--set", s) for s in set_),
+        ]
+        words = [w for f, v in flags if v is not None for w in (f, f"{v:g}" if isinstance(v, float) else v)]
+        command = shlex.join(["hicache-sim", "advise", scenario, *words, *(["--instant-only"] if instant_only else [])])
+        with output_errors(shown):
+            advice_figure(a, folder / "advice.png", f"{name}: host size advice")
+            if l3 is not None:
+                from ..output.l3 import l3_figure
+
+                l3_figure(l3["load_vs_recompute"], l3["with_without"], folder / "l3.png", f"{name}: L3 verdict")
+            d = advice_dict(a, command, l3)
+            write_text_atomic(folder / "advice.json", json.dumps(d, indent=1, sort_keys=True) + "\n")
+        for line in advice_lines(a, l3):
+            typer.echo(line)
+        if l3_note:
+            typer.echo(l3_note)
+        figures = f"{shown / 'advice.png'}" + (f", {shown / 'l3.png'}" if l3 is not None else "")
+        typer.echo(f"wrote {shown / 'advice.json'}, {figures} (sweeps in {shown / 'instant'}, {shown / 'timed'})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -80,39 +81,41 @@ def sweep(
     """Run every point of the grid (reusing a point already in OUT/points only when its resolved scenario,
     input files and hicache-sim version are the same), then write sweep.parquet, sweep.csv and figures."""
     from ..output.plots import sweep_figures
-    from ..output.write import check_target
+    from ..output.write import check_target, hold_folder
     from ..scenario import build_scenario, load_scenario_data, resolve_builtin
     from ..sweep import grid, run_sweep
 
-    with user_errors(scenario):
-        if workers < 1:
-            raise UserError(f"--workers: expected an integer >= 1, got {workers}")
-        data = load_scenario_data(scenario)
-        sc = build_scenario(data, scenario, set_)
-        if not sc.sweep:
-            raise UserError(f"{scenario}: sweep: expected a mapping of dotted keys to value lists")
-        shown = out or Path("results") / f"{sc.name}-sweep"
-        folder = check_target(shown, "sweep")
-        n = len(grid(sc.sweep))
-        base_dir = str(resolve_builtin(scenario, "scenarios").parent)
-        try:
-            with progress_bar(n, f"{sc.name} sweep", unit="points") as bar, output_errors(shown):
-                res = run_sweep(
-                    data,
-                    scenario,
-                    folder,
-                    set_args=set_,
-                    workers=workers,
-                    dask_scheduler=dask_scheduler,
-                    base_dir=base_dir,
-                    force=force,
-                    on_point=bar.advance,
-                    dask_timeout_s=dask_timeout,
-                )
-        except KeyboardInterrupt as e:
-            raise interrupted(ctx, "sweep", scenario, folder, shown, e) from None
-    with output_errors(shown):
-        figs = sweep_figures(res.table, folder, sc.name, res.keys)
-    typer.echo(f"{sc.name}: {n} points ({res.ran} run, {res.skipped} already done) -> {shown / 'sweep.parquet'}")
-    for f in figs:
-        typer.echo(f"wrote {shown / Path(f).name}")
+    with contextlib.ExitStack() as held:  # the folder is this run's until its figures are written
+        with user_errors(scenario):
+            if workers < 1:
+                raise UserError(f"--workers: expected an integer >= 1, got {workers}")
+            data = load_scenario_data(scenario)
+            sc = build_scenario(data, scenario, set_)
+            if not sc.sweep:
+                raise UserError(f"{scenario}: sweep: expected a mapping of dotted keys to value lists")
+            shown = out or Path("results") / f"{sc.name}-sweep"
+            folder = check_target(shown, "sweep")
+            held.enter_context(hold_folder(folder, shown=shown))
+            n = len(grid(sc.sweep))
+            base_dir = str(resolve_builtin(scenario, "scenarios").parent)
+            try:
+                with progress_bar(n, f"{sc.name} sweep", unit="points") as bar, output_errors(shown):
+                    res = run_sweep(
+                        data,
+                        scenario,
+                        folder,
+                        set_args=set_,
+                        workers=workers,
+                        dask_scheduler=dask_scheduler,
+                        base_dir=base_dir,
+                        force=force,
+                        on_point=bar.advance,
+                        dask_timeout_s=dask_timeout,
+                    )
+            except KeyboardInterrupt as e:
+                raise interrupted(ctx, "sweep", scenario, folder, shown, e) from None
+        with output_errors(shown):
+            figs = sweep_figures(res.table, folder, sc.name, res.keys)
+        typer.echo(f"{sc.name}: {n} points ({res.ran} run, {res.skipped} already done) -> {shown / 'sweep.parquet'}")
+        for f in figs:
+            typer.echo(f"wrote {shown / Path(f).name}")

@@ -239,12 +239,36 @@ def _lock_owner(lock: Path) -> int | None:
     return -1 if age > _LOCK_GRACE_S else None
 
 
+def _try_exclusive(fd: int) -> bool:
+    """An exclusive, non-blocking lock on the open file ``fd`` (released by the OS when the holder dies);
+    True where the platform has none (``fcntl``: POSIX), the pid inside then being the only guard."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (a holder that finished unlinks it)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
 @contextlib.contextmanager
 def hold_folder(target: Path, *, flag: str = "--out", shown: str | Path | None = None) -> Iterator[Path]:
     """Hold ``target`` for this process while it computes and writes it: a lock file ``.NAME.hicache-lock``
-    created with O_EXCL in its parent, holding the pid, removed at the end. Another live run's lock is
-    refused in one line; the lock of a dead pid is taken over. Parent folders created for the lock are
-    removed again when nothing was written into them."""
+    in its parent, under an exclusive ``flock`` held as long as the run and holding the pid, removed at
+    the end. Two runs racing for the folder (a stale lock included) cannot both win: the OS grants the
+    ``flock`` to one, and a lock file a finished holder unlinked meanwhile is opened again. A file whose
+    pid is another live process (a holder that predates the ``flock``) is refused too; the lock of a dead
+    pid is taken over. Parent folders created for the lock are removed again when nothing was written."""
     target = Path(target)
     shown = target if shown is None else shown
     created = []
@@ -255,24 +279,27 @@ def hold_folder(target: Path, *, flag: str = "--out", shown: str | Path | None =
                 created.append(p)
     lock = target.parent / f".{target.name}{_LOCK_TAG}"
     mine = f"{os.getpid()}\n"
+    fd = -1
     try:
         for _ in range(20):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~_umask())
-            except FileExistsError:
-                owner = _lock_owner(lock)
-                if owner is None or (owner > 0 and owner != os.getpid() and _pid_alive(owner)):
-                    who = f"pid {owner}" if owner else "one starting"
-                    raise OutputError(
-                        f"{flag} {shown}: another hicache-sim run ({who}) is writing it (lock {lock}); "
-                        "wait for it or name another folder"
-                    ) from None
-                if owner != 0:  # a dead writer's, a crashed one's or our own earlier lock: take it over
-                    with contextlib.suppress(FileNotFoundError):
-                        lock.unlink()
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~_umask())
+            held = _try_exclusive(fd)
+            owner = _lock_owner(lock) if held else None
+            if held and not _same_file(fd, lock):  # its holder finished and unlinked it: open it again
+                os.close(fd)
+                fd = -1
                 continue
-            with os.fdopen(fd, "w", encoding="ascii") as f:
-                f.write(mine)
+            live = owner is not None and owner > 0 and owner != os.getpid() and _pid_alive(owner)
+            if not held or live:
+                os.close(fd)
+                fd = -1
+                who = f"pid {owner}" if owner and owner > 0 else "one starting"
+                raise OutputError(
+                    f"{flag} {shown}: another hicache-sim run ({who}) is writing it (lock {lock}); "
+                    "wait for it or name another folder"
+                )
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, mine.encode("ascii"), 0)
             break
         else:
             raise OutputError(f"{flag} {shown}: cannot take the lock {lock}; try again")
@@ -280,9 +307,13 @@ def hold_folder(target: Path, *, flag: str = "--out", shown: str | Path | None =
             yield target
         finally:
             with contextlib.suppress(OSError):
-                if lock.read_text(encoding="ascii") == mine:
-                    lock.unlink()
+                if _same_file(fd, lock):
+                    lock.unlink()  # while still holding it: a waiter that opened it sees it gone
+            os.close(fd)
+            fd = -1
     finally:
+        if fd >= 0:
+            os.close(fd)
         for p in reversed(created):
             with contextlib.suppress(OSError):
                 p.rmdir()
