@@ -41,8 +41,8 @@ from ..hardware.presets import (
     STORAGE,
     ModelPreset,
 )
+from ..strict import StrictSpec
 from ..workloads.kinds import WORKLOAD_KINDS
-from ..workloads.kinds.registry import StrictSpec
 
 
 class ScenarioError(ValueError):
