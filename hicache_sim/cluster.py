@@ -81,6 +81,21 @@ def _first_line(e: BaseException) -> str:
     return (text or type(e).__name__)[:120]
 
 
+def _check_listening(address: str, timeout_s: float, where: str) -> None:
+    """Raise :class:`ClusterError` when nothing accepts a TCP connection at ``address`` (Dask's own
+    connect retries a refused port until its deadline, which would then read as a silent listener)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme not in ("tcp", "tls") or parts.hostname is None or parts.port is None:
+        return  # another transport (inproc, ucx, ws): Dask's handshake alone decides
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=timeout_s).close()
+    except OSError as e:
+        raise ClusterError(f"{where}: no scheduler answered within {timeout_s:g} s ({_first_line(e)})") from None
+
+
 def check_handshake(address: str, timeout_s: float) -> None:
     """Raise :class:`ClusterError` unless a Dask scheduler at ``address`` completes Dask's handshake
     within ``timeout_s``. Runs in a thread with its own event loop (a notebook's may be running here)."""
@@ -91,6 +106,7 @@ def check_handshake(address: str, timeout_s: float) -> None:
         await comm.close()
 
     where = f"--dask-scheduler {address}"
+    _check_listening(address, timeout_s, where)
     with ThreadPoolExecutor(1) as ex:
         try:
             ex.submit(asyncio.run, handshake()).result()
