@@ -12,6 +12,7 @@ from conftest import new_cache, node_at, put, settle
 
 from hicache_sim.core import InvariantError, check
 from hicache_sim.core.policies import HOST_EVICTION_RULES
+from hicache_sim.core.prefetch_op import HOST_PIN, NO_PIN
 
 
 @pytest.fixture
@@ -377,8 +378,8 @@ def test_prefetch_anchor_is_pinned():
     put(c, [1, 2, 3])
     settle(c)
     op = _prefetch_in_flight(c)
-    assert op.pin != "none"
-    if op.pin == "host":
+    assert op.pin is not NO_PIN
+    if op.pin is HOST_PIN:
         op.anchor.host_ref -= 1
     else:
         op.anchor.lock_ref -= 1

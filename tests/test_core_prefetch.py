@@ -8,6 +8,7 @@ import pytest
 from conftest import new_cache, node_at, put, settle
 
 from hicache_sim.core import TransferKind, check
+from hicache_sim.core.prefetch_op import HOST_PIN, LOCK_PIN, NO_PIN
 from hicache_sim.core.sizing import prefetch_capacity_limit_tokens, prefetch_timeout_s
 from hicache_sim.core.tree import chain_hashes
 
@@ -308,6 +309,25 @@ def test_revoke_releases_the_anchor_and_every_reserved_page():
     assert c.prefetch_query("r") == 0
     assert anchor.host_ref == 0 and c.host.used() == 2 and c.prefetch_occupied_pages == 0
     assert c.counters.prefetch_revoked == 1
+    check(c)
+
+
+@pytest.mark.parametrize(("pin", "counter"), [(HOST_PIN, "host_ref"), (LOCK_PIN, "lock_ref"), (NO_PIN, None)])
+def test_each_anchor_pin_holds_and_gives_back_what_it_guards(pin, counter):
+    """A pin raises the one count it guards on the anchor (host pin: host_ref, device lock: lock_ref,
+    the root's: none), ``held`` reads that count, and release puts every count back."""
+    c = storage_cache()
+    put(c, [1, 2])
+    settle(c)
+    node = node_at(c, [1, 2])
+    before = (node.host_ref, node.lock_ref)
+    pin.hold(c, node)
+    raised = {name for name, was in zip(("host_ref", "lock_ref"), before) if getattr(node, name) != was}
+    assert raised == ({counter} if counter else set())
+    assert pin.held(node)
+    pin.release(c, node)
+    assert (node.host_ref, node.lock_ref) == before
+    assert pin.held(node) == (counter is None)
     check(c)
 
 

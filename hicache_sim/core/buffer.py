@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .config import CacheConfig
+from .prefetch_op import NO_PIN
 from .state import CacheState
 from .transfers import Transfer, TransferKind
 from .tree import Node
 
 if TYPE_CHECKING:
-    from .prefetch_op import PrefetchOp
+    from .prefetch_op import AnchorPin, PrefetchOp
     from .request_state import RequestState
 
 
@@ -37,7 +38,7 @@ class StagedPrefetch:
     """Prefetched pages waiting in host bounce pages for their request's admission."""
 
     anchor: Node
-    pin: str
+    pin: AnchorPin  # the prefetch's, taken over until the request consumes the pages
     keys: list[int]
     host_pages: list[int]
 
@@ -167,13 +168,12 @@ class BufferMixin(CacheState):
         host_pages = op.host_pages
         assert host_pages is not None, "m pages arrived, so host pages were allocated"
         self.staged_prefetch[op.rid] = StagedPrefetch(op.anchor, op.pin, op.keys[:m], host_pages[:m])
-        op.pin = "none"
+        op.pin = NO_PIN
         return m
 
     def _drop_staged(self, sp: StagedPrefetch) -> None:
         self.host.free(sp.host_pages)
-        if sp.pin == "lock":
-            self.dec_lock_ref(sp.anchor)
+        sp.pin.release(self, sp.anchor)
 
     def release_staged_prefetch(self, rid: str) -> None:
         """The request is gone: free its staged prefetch (mutates)."""
@@ -209,8 +209,7 @@ class BufferMixin(CacheState):
         self._buffer_loads[t.id] = sp.host_pages
         st.pages.extend(pages)
         self.checkpoint_request(st, start + m)
-        if sp.pin == "lock":
-            self.dec_lock_ref(sp.anchor)
+        sp.pin.release(self, sp.anchor)
         st.loaded_pages += m
         return m
 

@@ -241,9 +241,10 @@ def _check_inflight(cache: HiCache) -> None:
     if occupied != cache.prefetch_occupied_pages:
         _fail("17a prefetch occupancy", f"occupied {cache.prefetch_occupied_pages} pages != {occupied} in ongoing ops")
     for rid, op in cache.ongoing_prefetch.items():
-        pinned = op.anchor.host_ref if op.pin == "host" else op.anchor.lock_ref
-        if op.pin != "none" and pinned < 1:
-            _fail("17b prefetch anchor pin", f"prefetch {rid}: anchor node {op.anchor.id} is not pinned ({op.pin})")
+        if not op.pin.held(op.anchor):
+            _fail(
+                "17b prefetch anchor pin", f"prefetch {rid}: anchor node {op.anchor.id} is not pinned ({op.pin.name})"
+            )
 
 
 def _check_duplicates(cache: HiCache, nodes: list[Node]) -> None:

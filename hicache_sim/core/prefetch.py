@@ -16,7 +16,7 @@ Lifecycle of one request's prefetch (the caller decides *when* each step happens
 from __future__ import annotations
 
 from .config import CacheConfig
-from .prefetch_op import PrefetchOp
+from .prefetch_op import HOST_PIN, LOCK_PIN, NO_PIN, AnchorPin, PrefetchOp
 from .semantics import EvictAmount
 from .sizing import prefetch_timeout_s
 from .state import CacheState
@@ -103,21 +103,16 @@ class PrefetchMixin(CacheState):
         c.prefetch_issued += 1
         return op
 
-    def _pin_anchor(self, anchor: Node) -> str:
-        if anchor is self.root:
-            return "none"
-        if anchor.host_value is not None:
-            self.protect_host(anchor)
-            return "host"
-        self.inc_lock_ref(anchor)
-        return "lock"
+    def _pin_anchor(self, anchor: Node) -> AnchorPin:
+        """Pin the anchor the way it is held: the root needs none, a host copy is protected, a device-only
+        node is locked (mutates)."""
+        pin = NO_PIN if anchor is self.root else HOST_PIN if anchor.host_value is not None else LOCK_PIN
+        pin.hold(self, anchor)
+        return pin
 
     def _unpin_anchor(self, op: PrefetchOp) -> None:
-        if op.pin == "host":
-            self.release_host(op.anchor)
-        elif op.pin == "lock":
-            self.dec_lock_ref(op.anchor)
-        op.pin = "none"
+        op.pin.release(self, op.anchor)
+        op.pin = NO_PIN
 
     def _alloc_prefetch_host(self, n: int) -> list[int] | None:
         """Host pages for ``n`` prefetched pages (mutates). A short host first evicts ``n`` pages, the
