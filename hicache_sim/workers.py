@@ -15,6 +15,7 @@ def _ignore_sigint() -> None:
     """Worker initializer: Ctrl-C reaches the whole foreground process group, and only the parent acts
     on it (it terminates the workers); SIGINT was held back from fork until now (see :class:`_Pool`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's terminate() ends a worker at once
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 

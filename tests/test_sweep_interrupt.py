@@ -191,3 +191,40 @@ def test_ctrl_c_stops_a_dask_sweep_and_cancels_its_tasks(tmp_path):
             time.sleep(0.1)
         assert not cl.scheduler.tasks, list(cl.scheduler.tasks)[:4]
         resume(again, kept, total)
+
+
+def test_sigterm_to_the_sweep_process_stops_it_as_ctrl_c_does(tmp_path):
+    """A job scheduler (or ``kill PID``) sends SIGTERM to the sweep's process alone: it stops as Ctrl-C
+    does (points kept, workers gone, the resume line) instead of dying with its queue and workers."""
+    sc = tmp_path / "sweep.yaml"
+    sc.write_text(yaml.safe_dump({**SCENARIO, "sweep": {"cache.host_ratio": RATIOS}}))
+    out = tmp_path / "out"
+    args = ["sweep", str(sc), "--out", str(out), "--workers", "2"]
+    launch = "import sys; sys.argv[0] = 'hicache-sim'; from hicache_sim.cli import main; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launch, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list((out / "points").glob("*.json")):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    for _ in range(20):
+        left = session_processes(proc.pid)
+        if not left:
+            break
+        time.sleep(0.1)
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not left, left
+    check_interrupted(took, proc.returncode, output, out, len(RATIOS))

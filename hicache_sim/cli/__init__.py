@@ -71,6 +71,20 @@ from . import (  # noqa: E402,F401
 )
 
 
+def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
+    """A job scheduler's (or ``kill``'s) SIGTERM stops a run as Ctrl-C does: finished points kept, the
+    workers stopped, the resume line printed. Re-sent as SIGINT to this process, so the places that hold
+    Ctrl-C back for a moment (a point being saved) hold this too."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def main() -> None:
     """Console-script entry point."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
     app()
