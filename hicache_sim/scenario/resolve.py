@@ -34,6 +34,7 @@ from ..hardware.presets import (
     ModelPreset,
     effective_io,
 )
+from ..simconfig import SimConfig
 from .load import resolve_builtin
 from .schema import AUTO, CacheSpec, HardwareSpec, Scenario
 
@@ -99,6 +100,13 @@ class Resolved:
     @property
     def request_overhead_s(self) -> float:
         return self.compute_knobs.get("request_overhead_us", self.scenario.hardware.request_overhead_us) * 1e-6
+
+    def sim_config(self) -> SimConfig:
+        """What the timed world runs on, as plain dataclasses (scheduler policy, compute parameters,
+        links, sampling interval): ``sim/`` reads this, never the scenario (:mod:`.simconfig`)."""
+        from .simconfig import sim_config  # it imports this module
+
+        return sim_config(self)
 
 
 def model_dims(model: ModelPreset, dtype: str, layers: int | None = None) -> ModelDims:

@@ -78,195 +78,24 @@ takes the fields a calibration file measures.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Protocol
 
-from ..core.sizing import DTYPE_BYTES
-from ..hardware.allreduce import CUSTOM_MAX_MIB, MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB, AllReduceParams, allreduce_time
-from ..hardware.attention import ATTENTION_RULES, GPU_ARCH
-from ..hardware.presets import WEIGHT_BYTES, ModelPreset
-from ..scenario import Resolved, compute_knobs
-from ..scenario.resolve import PREFILL_FLOOR_KNOB
+from ..hardware.allreduce import AllReduceParams, allreduce_time
+from ..simconfig import ACTIVATION_BYTES, ComputeParams, HasSimConfig, unsplit_bytes_per_token
 
-# Activations (the residual stream, expert outputs) are bf16 whatever the weights' dtype.
-ACTIVATION_BYTES = 2
-
-
-@dataclass(frozen=True)
-class ComputeParams:
-    """Roofline inputs, per GPU rank. Units: FLOP/s, bytes/s, bytes, seconds."""
-
-    peak_flops: float
-    linear_mfu: float
-    attention_mfu: float
-    hbm_Bps: float
-    hbm_efficiency: float
-    step_overhead_s: float
-    num_layers: int
-    active_params: float
-    weight_bytes: float
-    attn_width: int
-    kv_bytes_per_token: float
-    tp: int = 1
-    pp: int = 1
-    linear_peak_flops: float = 0.0  # 0: the bf16 peak
-    bytes_per_param: float = 2.0
-    # Mixture of experts (0 experts: dense): this rank's routed-expert parameters (every expert of
-    # its layers, a 1/tp slice of each), experts per layer, top-k, and the grouped GEMMs' efficiency.
-    routed_params: float = 0.0
-    num_experts: int = 0
-    experts_per_token: int = 0
-    moe_mfu: float = 0.25
-    # Tensor-parallel all-reduce: residual width, large-message bus bandwidth (B/s), fixed cost of one
-    # NCCL collective, NCCL's size curve (half-peak size in bytes, exponent), SGLang's custom
-    # all-reduce cap (bytes, 0: none) and the fabric whose kernels run (hardware/allreduce.py).
-    hidden_size: int = 0
-    allreduce_Bps: float = 0.0
-    allreduce_latency_s: float = 0.0
-    allreduce_half_peak_bytes: float = NCCL_HALF_PEAK_MIB * MIB
-    allreduce_exponent: float = NCCL_EXPONENT
-    custom_allreduce_max_bytes: float = CUSTOM_MAX_MIB * MIB
-    allreduce_fabric: str = "nvlink"
-    # HBM bytes per token of the kernels TP does not split (norms, top-k combine), this rank's layers.
-    unsplit_bytes_per_token: float = 0.0
-    # Host seconds to issue one layer of a prefill forward (eager, or between a prefill graph's breaks):
-    # a prefill takes at least num_layers x this, however little GPU work it has.
-    prefill_host_s_per_layer: float = 0.0
-    # GPU seconds per layer of a decode step beyond the roofline: its small kernels' fixed durations.
-    decode_s_per_layer: float = 0.0
-    # An attention backend with a rule (ATTENTION_RULES; 0 rows: none): query rows per program tile,
-    # query heads per rank, bytes of K and V of one head, one token and layer, and of the page index
-    # per prefix token.
-    attn_tile_rows: int = 0
-    attn_heads: int = 0
-    attn_kv_bytes: float = 0.0
-    attn_index_bytes: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("peak_flops", "linear_mfu", "attention_mfu", "hbm_Bps", "hbm_efficiency", "num_layers"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"compute.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("tp", "pp", "bytes_per_param"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"compute.{name} must be > 0, got {getattr(self, name)}")
-        for name in (
-            "step_overhead_s",
-            "active_params",
-            "weight_bytes",
-            "attn_width",
-            "kv_bytes_per_token",
-            "routed_params",
-            "allreduce_latency_s",
-            "custom_allreduce_max_bytes",
-            "unsplit_bytes_per_token",
-            "prefill_host_s_per_layer",
-            "decode_s_per_layer",
-            "attn_tile_rows",
-            "attn_heads",
-            "attn_kv_bytes",
-            "attn_index_bytes",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"compute.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("moe_mfu", "allreduce_half_peak_bytes", "allreduce_exponent"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"compute.{name} must be > 0, got {getattr(self, name)}")
-        if self.tp > 1 and self.allreduce_Bps <= 0:
-            raise ValueError(f"compute.allreduce_Bps must be > 0 with tp {self.tp}, got {self.allreduce_Bps}")
-        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
-            raise ValueError(f"compute.experts_per_token must be in 1..{self.num_experts}")
-        if self.routed_params * self.bytes_per_param > self.weight_bytes:
-            raise ValueError("compute.routed_params exceed the weights")
-        for name in ("linear_mfu", "attention_mfu", "hbm_efficiency", "moe_mfu"):
-            if getattr(self, name) > 1:
-                raise ValueError(f"compute.{name} must be <= 1, got {getattr(self, name)}")
-
-    @classmethod
-    def from_resolved(cls, r: Resolved) -> ComputeParams:
-        """Preset roofline of the scenario's model on its GPU, one rank of ``tp x pp``, with the
-        hardware knobs as resolved (scenario, else calibration file, else defaults)."""
-        hw = r.scenario.hardware
-        k = r.compute_knobs or compute_knobs(hw, None)
-        m = r.model
-        ranks = hw.tp * hw.pp
-        per_param = WEIGHT_BYTES[m.weights_dtype]
-        fp8 = m.weights_dtype == "fp8" and r.gpu.fp8_tflops is not None
-        tiling = attention_tiling(r)
-        return cls(
-            peak_flops=r.gpu.bf16_tflops * 1e12,
-            linear_peak_flops=(r.gpu.fp8_tflops if fp8 else r.gpu.bf16_tflops) * 1e12,
-            linear_mfu=k["linear_mfu"],
-            attention_mfu=k["attention_mfu"],
-            hbm_Bps=r.gpu.hbm_gbps * 1e9,
-            hbm_efficiency=k["hbm_efficiency"],
-            step_overhead_s=k["step_overhead_us"] * 1e-6,
-            num_layers=r.stage_layers,
-            active_params=m.active_params_b * 1e9 / ranks,
-            weight_bytes=m.params_b * 1e9 * per_param / ranks,
-            attn_width=m.q_heads * m.head_dim // hw.tp,
-            kv_bytes_per_token=float(r.bytes_per_token),
-            tp=hw.tp,
-            pp=hw.pp,
-            bytes_per_param=per_param,
-            routed_params=m.routed_params_b * 1e9 / ranks,
-            num_experts=m.num_experts,
-            experts_per_token=m.experts_per_token,
-            moe_mfu=k["moe_mfu"],
-            hidden_size=m.hidden,
-            allreduce_Bps=(hw.allreduce_busbw_gbps or r.gpu.allreduce_busbw_gbps) * 1e9,
-            allreduce_latency_s=k["allreduce_latency_us"] * 1e-6,
-            allreduce_half_peak_bytes=k["allreduce_half_peak_mib"] * MIB,
-            allreduce_exponent=k["allreduce_curve_exponent"],
-            custom_allreduce_max_bytes=hw.custom_allreduce_max_mib * MIB,
-            allreduce_fabric=r.gpu.allreduce_fabric,
-            unsplit_bytes_per_token=unsplit_bytes_per_token(m, r.stage_layers),
-            prefill_host_s_per_layer=k[PREFILL_FLOOR_KNOB[r.prefill_graph]] * 1e-6,
-            decode_s_per_layer=k["decode_us_per_layer"] * 1e-6,
-            attn_tile_rows=tiling[0],
-            attn_heads=tiling[1],
-            attn_kv_bytes=tiling[2],
-            attn_index_bytes=tiling[3],
-        )
-
-    def with_overrides(self, **changes: float) -> ComputeParams:
-        """A copy with some fields replaced (a calibration's measured values)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ValueError(f"unknown compute parameter(s): {', '.join(sorted(unknown))}")
-        return dataclasses.replace(self, **changes)
-
-
-def attention_tiling(r: Resolved) -> tuple[int, int, float, float]:
-    """The scenario's attention backend's rule as ``ComputeParams`` fields (query rows per program
-    tile, query heads per rank, K and V bytes of one head and token, index bytes per prefix token);
-    zeros (the roofline) when the backend is SGLang's default or has no rule, or the model's
-    attention is MLA (its prefill runs other kernels)."""
-    backend = r.scenario.hardware.attention_backend
-    if backend is None or backend not in ATTENTION_RULES or r.model.attention != "mha":
-        return 0, 0, 0.0, 0.0
-    rule = ATTENTION_RULES.get(backend)
-    head_dim = r.model.head_dim
-    return (
-        rule.tile_rows(GPU_ARCH[r.gpu.name], head_dim),
-        r.model.q_heads // r.scenario.hardware.tp,
-        2.0 * head_dim * DTYPE_BYTES[r.scenario.model.dtype],
-        float(rule.index_bytes),
-    )
-
-
-def unsplit_bytes_per_token(model: ModelPreset, layers: int) -> float:
-    """HBM bytes one token moves on every rank, whatever the TP size, in ``layers`` layers: two
-    residual-add RMSNorms per layer (read hidden and residual, write both: 8 bf16 rows of ``hidden``)
-    and, in the MoE share of the layers, the top-k combine (``k`` expert rows written by the down
-    projection and read by the sum, one row written: ``2 k + 1`` rows)."""
-    hidden = model.hidden
-    moe_share = model.moe_layers / model.num_layers
-    rows = 8 + moe_share * (2 * model.experts_per_token + 1)
-    return float(layers * rows * hidden * ACTIVATION_BYTES)
+# ComputeParams and unsplit_bytes_per_token live in ..simconfig (what resolve builds); named here too.
+__all__ = [
+    "ACTIVATION_BYTES",
+    "ComputeModel",
+    "ComputeParams",
+    "StepTimeModel",
+    "moe_block_m",
+    "padded_rows",
+    "unsplit_bytes_per_token",
+]
 
 
 def moe_block_m(tokens: int, experts: int) -> int:
@@ -351,9 +180,9 @@ class ComputeModel:
         self._qo_bytes = 2.0 * params.attn_width * ACTIVATION_BYTES
 
     @classmethod
-    def from_resolved(cls, r: Resolved, **overrides: float) -> ComputeModel:
-        """Preset model of a resolved scenario, optionally with calibrated fields."""
-        params = ComputeParams.from_resolved(r)
+    def from_resolved(cls, r: HasSimConfig, **overrides: float) -> ComputeModel:
+        """Preset model of a resolved scenario (or a SimConfig), optionally with calibrated fields."""
+        params = r.sim_config().compute
         return cls(params.with_overrides(**overrides) if overrides else params)
 
     def experts_touched(self, tokens: float) -> float:

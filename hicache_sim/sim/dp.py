@@ -32,7 +32,7 @@ import simpy
 from ..core import ConfigError
 from ..core.routing import ROUTERS, RankLoad, Router
 from ..core.stores import OffloadedStore, StoreModel
-from ..scenario import Resolved
+from ..simconfig import HasSimConfig
 from ..workloads import Request
 from ..workloads.lazy import rids_known_unique
 from ..workloads.synthetic import Workload
@@ -48,7 +48,7 @@ class RankWorld(World):
     """One DP rank: a World on a shared clock with no arrivals of its own; its done requests go to the
     :class:`DPWorld` in front."""
 
-    def __init__(self, front: DPWorld, rank: int, resolved: Resolved, **kw: Any) -> None:
+    def __init__(self, front: DPWorld, rank: int, resolved: HasSimConfig, **kw: Any) -> None:
         self.front = front
         self.rank = rank
         super().__init__(resolved, Workload([]), **kw)
@@ -82,7 +82,7 @@ class DPWorld:
 
     def __init__(
         self,
-        resolved: Resolved,
+        resolved: HasSimConfig,
         workload: Workload,
         *,
         compute: StepTimeModel | None = None,
@@ -91,17 +91,17 @@ class DPWorld:
         on_row: Callable[[dict], None] | None = None,
         keep_transfers: bool = True,
     ) -> None:
-        self.resolved = resolved
+        self.config = cfg = resolved.sim_config()
         self.workload = workload
         self.progress = progress
         self.env = env = simpy.Environment()
-        n_ranks = resolved.dp_ranks
+        n_ranks = cfg.dp_ranks
         # Ranks are built (and their scheduler processes started) in rank order: same-time order is fixed.
         self.ranks = [
             RankWorld(
                 self,
                 k,
-                resolved,
+                cfg,
                 compute=compute,
                 check_invariants=check_invariants,
                 keep_transfers=keep_transfers,
@@ -110,10 +110,10 @@ class DPWorld:
             for k in range(n_ranks)
         ]
         self.shared_store = share_store(self.ranks, env)
-        self.router: Router = ROUTERS.get(resolved.scenario.hardware.load_balance_method)(n_ranks)
-        self.page = resolved.cache.page_size
+        self.router: Router = ROUTERS.get(cfg.load_balance_method)(n_ranks)
+        self.page = cfg.cache.page_size
         self.reserve_last_token = self.ranks[0].policy.reserve_last_token
-        self.request_overhead_s = resolved.request_overhead_s
+        self.request_overhead_s = cfg.request_overhead_s
         n = len(workload.requests)
         if not rids_known_unique(workload.requests) and len({r.rid for r in workload.requests}) != n:
             raise SimulationError("request ids are not unique in the workload")
@@ -310,7 +310,7 @@ def _merge_series(series: list[list[dict]]) -> list[dict]:
 
 
 def run_dp_timed(
-    resolved: Resolved,
+    resolved: HasSimConfig,
     workload: Workload,
     *,
     check_invariants: bool = False,

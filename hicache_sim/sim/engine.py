@@ -53,55 +53,12 @@ from dataclasses import dataclass, field
 import simpy
 
 from ..core import SCHEDULE_POLICIES, HiCache, Transfer, TransferKind, check
+from ..simconfig import SchedulerPolicy
 from .admission import INF_TOKENS, NO_TOKEN, OTHER, Chunk, PrefillAdder
 from .compute import StepTimeModel
 from .decode import DecodeBatch
 from .requests import SimRequest
 from .transport import Transport
-
-
-@dataclass(frozen=True)
-class SchedulerPolicy:
-    """Scheduler settings: the scenario's ``scheduler`` section plus SGLang's constants."""
-
-    chunked_prefill_tokens: int | None = 8192
-    max_running_requests: int = 256
-    max_prefill_tokens: int = 16384
-    reserve_last_token: bool = True
-    insert_output: bool = True
-    clip_max_new_tokens: int = 4096  # CLIP_MAX_NEW_TOKENS_ESTIMATION
-    init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness (1.0)
-    min_new_token_ratio_factor: float = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: floor = 0.7 x 0.14
-    new_token_ratio_decay_steps: int = 600
-    retract_decode_steps: int = 20
-    retract_to: str = "back"  # SGLang appends retracted requests to the waiting queue
-    schedule_policy: str = "fcfs"
-    seed: int = 0  # the scenario's: seeds the random schedule policy's shuffles
-
-    @classmethod
-    def from_resolved(cls, r) -> SchedulerPolicy:
-        """The scenario's scheduler section with SGLang's values for what it leaves ``auto``."""
-        sc = r.scenario
-        s = sc.scheduler
-        return cls(
-            chunked_prefill_tokens=r.chunked_prefill_size,
-            max_running_requests=r.max_running_requests,
-            max_prefill_tokens=s.max_prefill_tokens,
-            reserve_last_token=s.reserve_last_token,
-            insert_output=s.insert_output,
-            schedule_policy=s.schedule_policy,
-            seed=sc.seed,
-            # Attention DP scales --schedule-conservativeness by 0.3 (sglang 0.5.23 handle_data_parallelism).
-            init_new_token_ratio=cls.init_new_token_ratio * (0.3 if sc.hardware.attn_dp > 1 else 1.0),
-        )
-
-    @property
-    def min_new_token_ratio(self) -> float:
-        return min(1.0, self.init_new_token_ratio * self.min_new_token_ratio_factor)
-
-    @property
-    def new_token_ratio_decay(self) -> float:
-        return (self.init_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
 
 
 @dataclass(slots=True)

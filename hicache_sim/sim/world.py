@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 import simpy
 
 from ..core import ConfigError, HiCache, check
-from ..scenario import Resolved
+from ..simconfig import HasSimConfig
 from ..workloads import Request
 from ..workloads.lazy import rids_known_unique
 from ..workloads.synthetic import Workload
 from ..workloads.workload import MAX_CLOCK_S
 from .arrivals import arrivals_for
 from .compute import ComputeModel, StepTimeModel
-from .engine import Scheduler, SchedulerPolicy
+from .engine import Scheduler
 from .links import Link, offload_params, storage_params
 from .metrics import RequestRecord, TimeSeries, TransferLog
 from .requests import SimRequest
@@ -58,7 +58,7 @@ class World:
 
     def __init__(
         self,
-        resolved: Resolved,
+        resolved: HasSimConfig,
         workload: Workload,
         *,
         compute: StepTimeModel | None = None,
@@ -68,45 +68,35 @@ class World:
         keep_transfers: bool = True,
         env: simpy.Environment | None = None,
     ) -> None:
-        sc = resolved.scenario
-        self.resolved = resolved
+        # A resolved scenario or a SimConfig: the world reads only the plain dataclasses.
+        self.config = cfg = resolved.sim_config()
         self.workload = workload
         self.progress = progress
         self.check_invariants = check_invariants
         # A given env: one data-parallel rank of several sharing one clock (sim/dp.py).
         self.env = env = env if env is not None else simpy.Environment()
-        self.cache = cache = HiCache(resolved.cache)
-        self.page = resolved.cache.page_size
-        sharing = sc.hardware.pcie.sharing
+        self.cache = cache = HiCache(cfg.cache)
+        self.page = cfg.cache.page_size
+        sharing = cfg.pcie_sharing
         self.links = {
-            "h2d": Link(env, "h2d", resolved.links["h2d"], sharing),
-            "d2h": Link(env, "d2h", resolved.links["d2h"], sharing),
-            "storage_read": Link(
-                env, "storage_read", storage_params(resolved.storage_read_Bps, resolved.storage_latency_s)
-            ),
-            "storage_write": Link(
-                env, "storage_write", storage_params(resolved.storage_write_Bps, resolved.storage_latency_s)
-            ),
+            "h2d": Link(env, "h2d", cfg.links["h2d"], sharing),
+            "d2h": Link(env, "d2h", cfg.links["d2h"], sharing),
+            "storage_read": Link(env, "storage_read", storage_params(cfg.storage_read_Bps, cfg.storage_latency_s)),
+            "storage_write": Link(env, "storage_write", storage_params(cfg.storage_write_Bps, cfg.storage_latency_s)),
         }
-        if resolved.cache.storage_offload:
+        if cfg.cache.storage_offload:
             # The store's offload disk: one thread of its real client reads a batch's objects one after
             # another (Mooncake BucketStorageBackend::BatchLoad), so one object read's latency is link time.
             self.links["storage_offload"] = Link(
                 env,
                 "storage_offload",
-                offload_params(resolved.storage_offload_read_Bps, resolved.storage_offload_latency_s),
+                offload_params(cfg.storage_offload_read_Bps, cfg.storage_offload_latency_s),
                 "fifo",
             )
         self.log = TransferLog(keep=keep_transfers)
-        self.request_overhead_s = resolved.request_overhead_s
+        self.request_overhead_s = cfg.request_overhead_s
         # One rank's links and KV: the layers of one pipeline stage (all stages move their share at once).
-        layout = KVLayout(
-            resolved.mem_layout,
-            resolved.stage_layers,
-            resolved.kv_factor,
-            resolved.cache.page_size,
-            resolved.kv_heads_per_rank,
-        )
+        layout = KVLayout(cfg.mem_layout, cfg.stage_layers, cfg.kv_factor, cfg.cache.page_size, cfg.kv_heads_per_rank)
         self.transport = Transport(
             env,
             cache,
@@ -116,15 +106,15 @@ class World:
             on_progress=lambda: self.scheduler.wake(),
             log=self.log,
         )
-        self.compute = compute if compute is not None else ComputeModel.from_resolved(resolved)
-        self.policy = SchedulerPolicy.from_resolved(resolved)
+        self.compute = compute if compute is not None else ComputeModel(cfg.compute)
+        self.policy = cfg.scheduler
         self.scheduler = Scheduler(
             env,
             cache,
             self.compute,
             self.transport,
             self.policy,
-            storage_latency_s=resolved.storage_latency_s,
+            storage_latency_s=cfg.storage_latency_s,
             on_done=self._done,
             check_invariants=check_invariants,
         )
@@ -145,7 +135,7 @@ class World:
         self.n_done = 0
         self.events = 0
         self.timeseries = TimeSeries(
-            sc.metrics.timeseries_interval_s,
+            cfg.timeseries_interval_s,
             cache,
             self.links,
             lambda: (self.scheduler.n_waiting, self.scheduler.running),
@@ -180,7 +170,7 @@ class World:
 
     def _never_fits(self, req: Request) -> str:
         """Why the request can never be admitted, or ''. Mirrors the scheduler's budget check."""
-        device_tokens = self.resolved.cache.device_pages * self.page
+        device_tokens = self.config.cache.device_pages * self.page
         out = min(max(1, req.output_tokens), self.policy.clip_max_new_tokens)
         if req.input_tokens + out + self.page >= device_tokens:
             return (
@@ -188,7 +178,7 @@ class World:
                 f"does not fit the device pool of {device_tokens} tokens"
             )
         peak = math.ceil((req.input_tokens + max(1, req.output_tokens) - 1) / self.page)
-        pool = self.resolved.cache.device_pages
+        pool = self.config.cache.device_pages
         if peak > pool:
             return f"needs {peak} device pages at its last token; the device pool has {pool}"
         return ""
@@ -341,7 +331,7 @@ class World:
 
 
 def run_timed(
-    resolved: Resolved,
+    resolved: HasSimConfig,
     workload: Workload,
     *,
     check_invariants: bool = False,
@@ -351,7 +341,7 @@ def run_timed(
     on_row: Callable[[dict], None] | None = None,
     keep_transfers: bool = True,
 ) -> TimedResult:
-    """Simulate ``workload`` on the resolved scenario in time.
+    """Simulate ``workload`` on the resolved scenario (or a :class:`~hicache_sim.simconfig.SimConfig`) in time.
 
     ``check_invariants`` runs the core's ``check`` after every scheduler step (slow; tests).
     ``progress(n)`` is called with the number of requests done (finished or rejected) so far.
