@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from .core import HOST_EVICTION_RULES, WRITE_POLICIES
-from .core.config import BUFFER_ONLY_RESOLVED_POLICIES
+from .core.policies import HOST_MEMORY_MODES
 from .output.advice_table import (  # noqa: F401  (the table's names, re-exported for advise's callers)
     HIT,
     KNEE_TOLERANCE,
@@ -76,10 +76,10 @@ def check_target_args(hit: float | None, ttft: float | None, budget: float | Non
 def setup(data: dict, source: str, set_args: list[str], budget: float | None, sizes: list[int] | None) -> Setup:
     """Validate the scenario for advice and build the grid (host sizes within the budget)."""
     sc = build_scenario({k: v for k, v in data.items() if k != "sweep"}, source, set_args)
-    buffer = sc.cache.host_memory_mode == "buffer_only"
-    if buffer and sc.cache.storage_backend == "none":
+    mode = HOST_MEMORY_MODES.get(sc.cache.host_memory_mode)
+    if mode.stages and sc.cache.storage_backend == "none":
         raise ScenarioError(
-            f"{source}: cache.host_memory_mode: buffer_only stages copies to and from storage, and the scenario "
+            f"{source}: cache.host_memory_mode: {mode.name} stages copies to and from storage, and the scenario "
             "has none: give cache.storage_backend, or size a host cache: --set cache.host_memory_mode=cache"
         )
     if sc.cache.host_alignment == "exact":
@@ -116,15 +116,15 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
     base["cache"].pop("host_size_gb", None)
     notes = ["the scenario's sweep: mapping is not used (advise sweeps its own grid)"] if data.get("sweep") else []
     notes += node_notes
-    if buffer:
+    if mode.stages:
         axes: dict[str, list[Any]] = {
             SIZE: sizes,
-            POLICY: [p for p in WRITE_POLICIES.names() if p not in BUFFER_ONLY_RESOLVED_POLICIES],
+            POLICY: [p for p in WRITE_POLICIES.names() if mode.runs(p) == p],
             RULE: [UPSTREAM_RULE],
         }
         notes.append(
-            "buffer_only: the host is a staging buffer for storage; only its size and the write policies "
-            "buffer_only runs as themselves are swept, with storage on"
+            f"{mode.name}: the host is a staging buffer for storage; only its size and the write policies "
+            f"{mode.name} runs as themselves are swept, with storage on"
         )
     else:
         axes = {SIZE: sizes, POLICY: WRITE_POLICIES.names(), RULE: HOST_EVICTION_RULES.names()}
@@ -140,7 +140,7 @@ def setup(data: dict, source: str, set_args: list[str], budget: float | None, si
         hw.tp * hw.pp * hw.dp,  # every GPU rank's host pool: --dp-size replicas have their own GPUs
         hw.calibration,
         notes,
-        buffer,
+        mode,
         sc.cache.storage_backend,
     )
 
@@ -264,7 +264,7 @@ def advise(
     value = target.value
     if not target.kind.timed and value is None:
         value = max(0.0, inst[HIT].max() - KNEE_TOLERANCE)
-    if not target.kind.timed and not st.buffer_only:
+    if not target.kind.timed and not st.host_mode.stages:
         row = smallest_meeting(inst, target, value)
         met = row is not None
         chosen = row if met else best_reachable(inst, target)

@@ -84,7 +84,7 @@ def run_instant(
             cache.drain()
         if cache._outbox:
             collect(i)
-        if cache.buffer_only:
+        if cache.host_mode.stages:
             cache.flush_pending_writes()
             cache.drain()
         keys = list(req.page_keys)
@@ -120,7 +120,7 @@ def run_instant(
             check(cache)
         if on_request is not None:
             on_request(i, cache)
-    if cache.buffer_only:
+    if cache.host_mode.stages:
         # The scheduler steps after the last request too: its pending buffer writes reach storage.
         cache.flush_pending_writes()
     cache.drain()

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .core.policies import HOST_MEMORY_MODES
 from .output.columns import Columns
 from .output.identity import point_identity
 from .output.l3 import load_vs_recompute, verdict_line, with_without
@@ -18,11 +19,10 @@ from .scenario import build_scenario, resolve, scenario_dump
 
 #: The columns of a run's requests part (b) reads (a compact copy crosses the process boundary).
 PAIR_COLUMNS = ("arrival_s", "ttft_s", "status", "prompt_tokens", *(f"{t}_hit_tokens" for t in TIERS), "round")
-#: buffer_only cannot run without a store: the run without it keeps the host memory, as a cache.
-WITHOUT_STORE = {
-    "cache": ['cache.storage_backend="none"'],
-    "buffer_only": ['cache.storage_backend="none"', 'cache.host_memory_mode="cache"'],
-}
+#: The run without the store turns it off; a host that stages for storage cannot run without one, so that
+#: run keeps the same host memory as a cache.
+WITHOUT_STORE = ['cache.storage_backend="none"']
+AS_CACHE = ['cache.host_memory_mode="cache"']
 
 
 def timed_rows(base: dict, source: str, set_args: list[str], base_dir: str | None) -> tuple[dict, dict[str, list]]:
@@ -40,7 +40,8 @@ def store_pair(
     ``folder/l3.json`` with both runs' identities: a rerun with the same scenario, inputs and code reuses it."""
     timed = {**base, "mode": "timed"}
     sc = build_scenario(timed, source, set_args)
-    without_args = [*set_args, *WITHOUT_STORE[sc.cache.host_memory_mode]]
+    mode = HOST_MEMORY_MODES.get(sc.cache.host_memory_mode)
+    without_args = [*set_args, *WITHOUT_STORE, *(AS_CACHE if mode.stages else [])]
     runs = {"with_store": set_args, "without_store": without_args}
     scenarios = {"with_store": sc, "without_store": build_scenario(timed, source, without_args)}
     identity = {k: point_identity(scenario_dump(s), base_dir) for k, s in scenarios.items()}
@@ -70,7 +71,7 @@ def store_pair(
         "line": verdict_line(a, b),
         "runs": {k: list(v) for k, v in runs.items()},
     }
-    if sc.cache.host_memory_mode == "buffer_only":
-        result["note"] = "buffer_only needs a store: the run without it uses the same host memory as a cache"
+    if mode.stages:
+        result["note"] = f"{mode.name} needs a store: the run without it uses the same host memory as a cache"
     write_text_atomic(kept, json.dumps({"identity": identity, "l3": result}, indent=1, sort_keys=True) + "\n")
     return result

@@ -3,10 +3,13 @@ invariants 5 and 22)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import new_cache, node_at, put, settle
 
 from hicache_sim.core import ConfigError, TransferKind, check
+from hicache_sim.core.policies import HOST_MEMORY_MODES
 from hicache_sim.core.tree import chain_hashes
 from hicache_sim.scenario import build_scenario, resolve
 
@@ -247,3 +250,60 @@ def test_a_buffer_only_storage_hit_is_whole_or_nothing(mode, fetched):
     c.drain()
     c.take_transfers()
     check(c)
+
+
+# ---------------------------------------------------------------- the mode as an object
+
+
+@pytest.fixture
+def staging_clone():
+    """buffer_only's attributes registered under another name (taken out again afterwards)."""
+    name = "staging_clone"
+    HOST_MEMORY_MODES.add(name, dataclasses.replace(HOST_MEMORY_MODES.get("buffer_only"), name=name))
+    yield name
+    del HOST_MEMORY_MODES._items[name]
+
+
+def _staging_life(mode: str) -> tuple[dict, list[str], int]:
+    """Writes staged and stored, an eviction, a whole-or-nothing storage hit, a parked prefetch consumed
+    at admission: the counters, the transfers' reasons and the prefetch capacity of one run in ``mode``."""
+    c = new_cache(page_size=P, device_pages=32, host_pages=20, storage=True, host_memory_mode=mode)
+    reasons: list[str] = []
+    put(c, [1, 2, 3])
+    put(c, [1, 2, 3, 4])
+    for _ in range(10):
+        c.flush_pending_writes()
+        for t in c.take_transfers():
+            reasons.append(t.reason)
+            c.complete(t)
+    c.evict(100)
+    keys = list(range(100, 124))  # 24 pages with 20 host pages: the buffer asks for all or none
+    c.storage.put(chain_hashes(None, keys))
+    c.prefetch("whole", c.root, keys, 0.0)
+    c.prefetch_query("whole")
+    c.release_prefetch("whole")
+    c.prefetch("r", c.root, keys[:16], 0.0)
+    c.prefetch_query("r")
+    for t in c.take_transfers():
+        reasons.append(t.reason)
+        c.complete(t)
+    c.check_prefetch_progress("r", 100.0)
+    st = c.begin_request("r", keys[:16], 16)
+    for t in c.take_transfers():
+        reasons.append(t.reason)
+        c.complete(t)
+    c.abort_request(st)
+    check(c)
+    return c.counters.as_dict(), reasons, c.prefetch_capacity_limit_pages()
+
+
+def test_the_core_reads_the_host_memory_mode_by_its_attributes_not_its_name(staging_clone):
+    """A mode with buffer_only's attributes under another name runs exactly as buffer_only (writes
+    staged, eviction deletes, whole-or-nothing storage hits, prefetches parked until admission, the
+    2026 buffer capacity formula, write_back refused), and differently from cache mode."""
+    clone, buffer = _staging_life(staging_clone), _staging_life("buffer_only")
+    assert clone == buffer
+    assert buffer != _staging_life("cache")
+    assert "buffer_stage" in buffer[1] and "buffer_load" in buffer[1]
+    with pytest.raises(ConfigError, match=f"{staging_clone} runs write_back as write_through"):
+        new_cache(host_pages=8, storage=True, host_memory_mode=staging_clone, write_policy="write_back")

@@ -329,7 +329,7 @@ class Driver:
         assert all(n.lock_ref == 0 and n.host_ref == 0 for n in nodes)
         assert c.protected_pages == 0
         assert not c.buffer_queue and c.buffer_staged_pages == 0 and not c.staged_prefetch
-        if c.buffer_only:
+        if c.host_mode.stages:
             assert c.host.available() == c.host.size  # invariant 22: host usage returns to 0 when idle
         # Liveness: with nothing pinned, every device page and then every host page can be reclaimed.
         for _ in range(20):  # an eviction may back a parent up first; that copy holds it until its ack
@@ -442,4 +442,4 @@ def test_insert_match_round_trip_without_eviction(seqs, granularity):
 
 def test_every_host_memory_mode_is_drawn():
     """configs() draws buffer_only by a coin toss: a new host memory mode needs its own draw there."""
-    assert set(HOST_MEMORY_MODES) == {"cache", "buffer_only"}
+    assert set(HOST_MEMORY_MODES.names()) == {"cache", "buffer_only"}

@@ -72,10 +72,10 @@ def advise(
                 raise UserError("--target-ttft-p99 needs timed runs; drop --instant-only")
             data = load_scenario_data(scenario)
             st = setup(data, scenario, list(set_), host_budget_gb, _sizes(host_sizes_gb))
-            if instant_only and st.buffer_only:
+            if instant_only and st.host_mode.stages:
                 raise UserError(
-                    "--instant-only: a buffer_only host is sized on timed runs (instant mode finishes every copy "
-                    "before the next request, so it cannot see the staging backlog); drop --instant-only"
+                    f"--instant-only: a {st.host_mode.name} host is sized on timed runs (instant mode finishes "
+                    "every copy before the next request, so it cannot see the staging backlog); drop --instant-only"
                 )
             name = data.get("name", "scenario") if isinstance(data, dict) else "scenario"
             shown = out or Path("results") / f"{name}-advise"

@@ -31,7 +31,7 @@ class BackupMixin(CacheState):
         """
         if not self.has_host or node.host_value is not None or node.value is None:
             return 0
-        if self.buffer_only:
+        if self.host_mode.stages:
             return self.buffer_backup_intent(node)
         parent = node.parent
         assert parent is not None, "a node on device without host copy is below the root"

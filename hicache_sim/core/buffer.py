@@ -104,7 +104,7 @@ class BufferMixin(CacheState):
         An intent whose node left the device, was split or deleted is dropped; so is one whose parent
         is no longer covered (its queued descendants then drop too: no holes in storage).
         """
-        if not self.buffer_only:
+        if not self.host_mode.stages:
             return 0
         host = self.host.size
         live_cap = max(int(0.2 * host), host - self.prefetch_occupied_pages - host // 10)

@@ -16,15 +16,11 @@ from .policies import (
     HOST_EVICTION_RULES,
     HOST_MEMORY_MODES,
     PREFETCH_STOP_POLICIES,
+    HostMemoryMode,
     WRITE_POLICIES,
 )
 from .semantics import SEMANTIC_CHOICES, SEMANTIC_VALUES, SEMANTICS, Semantics, resolve_semantics
 from .stores import STORE_MODELS
-
-#: Write policies a buffer_only host runs as another: SGLang 0.5.23 accepts write_back there and resolves
-#: it to write_through at start-up (``validate_hicache_host_memory_mode``: no host tier to write back to).
-#: The scenario resolver applies it with a note; the core itself takes only what the server runs.
-BUFFER_ONLY_RESOLVED_POLICIES = {"write_back": "write_through"}
 
 
 @dataclass(frozen=True)
@@ -100,7 +96,7 @@ class CacheConfig:
         EVICTION_STRATEGIES.get(self.eviction_policy)
         HOST_EVICTION_RULES.get(self.host_eviction)
         PREFETCH_STOP_POLICIES.get(self.prefetch_policy)
-        self._choice("host_memory_mode", self.host_memory_mode, HOST_MEMORY_MODES)
+        self._choice("host_memory_mode", self.host_memory_mode, tuple(HOST_MEMORY_MODES.names()))
         self._choice("eviction_granularity", self.eviction_granularity, EVICTION_GRANULARITIES)
         SEMANTICS.get(self.semantics)
         for name, allowed in SEMANTIC_CHOICES.items():
@@ -116,16 +112,18 @@ class CacheConfig:
             )
         if self.storage_offload and not self.storage:
             raise ConfigError("cache.storage_offload", "an offload disk needs a storage tier (storage is off)")
-        if self.host_memory_mode == "buffer_only":
-            if not self.storage:
-                raise ConfigError(
-                    "cache.host_memory_mode", "buffer_only needs a storage backend (storage_backend is none)"
-                )
-            if self.write_policy in BUFFER_ONLY_RESOLVED_POLICIES:
-                runs = BUFFER_ONLY_RESOLVED_POLICIES[self.write_policy]
-                raise ConfigError("cache.write_policy", f"buffer_only runs {self.write_policy} as {runs}: pass {runs}")
-            if self.host_pages == 0:
-                raise ConfigError("cache.host_pages", "buffer_only needs a host staging pool > 0 pages")
+        mode = self.host_mode
+        if mode.stages and not self.storage:
+            raise ConfigError(
+                "cache.host_memory_mode", f"{mode.name} needs a storage backend (storage_backend is none)"
+            )
+        if mode.runs(self.write_policy) != self.write_policy:
+            # The scenario resolver applies the server's resolution with a note; the core takes only
+            # what the server runs.
+            runs = mode.runs(self.write_policy)
+            raise ConfigError("cache.write_policy", f"{mode.name} runs {self.write_policy} as {runs}: pass {runs}")
+        if mode.stages and self.host_pages == 0:
+            raise ConfigError("cache.host_pages", f"{mode.name} needs a host staging pool > 0 pages")
 
     @staticmethod
     def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -143,6 +141,11 @@ class CacheConfig:
             {name: getattr(self, name) for name in SEMANTIC_VALUES},
             self.prefetch_capacity_formula,
         )
+
+    @property
+    def host_mode(self) -> HostMemoryMode:
+        """What host memory is for: the ``HOST_MEMORY_MODES`` entry ``host_memory_mode`` names."""
+        return HOST_MEMORY_MODES.get(self.host_memory_mode)
 
     @property
     def has_host(self) -> bool:
@@ -167,6 +170,5 @@ class CacheConfig:
     @property
     def prefetch_capacity_formula(self) -> str:
         """Which ``prefetch_capacity_limit`` formula applies (see sizing.prefetch_capacity_limit_tokens):
-        the era's, with the 2026 buffer_only variant."""
-        formula = SEMANTICS.get(self.semantics).capacity_formula
-        return f"{formula}_buffer_only" if formula == "2026" and self.host_memory_mode == "buffer_only" else formula
+        the era's, as the host memory mode takes it (buffer_only under 2026 has a variant)."""
+        return self.host_mode.capacity_formula(SEMANTICS.get(self.semantics).capacity_formula)

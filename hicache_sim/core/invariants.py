@@ -85,7 +85,7 @@ def _check_states(cache: HiCache, nodes: list[Node]) -> None:
         parent = _parent(node)
         if node.value is not None and parent.value is None:
             _fail("4 device prefix-closure", f"node {node.id} is on device but its parent {parent.id} is not")
-        if cache.buffer_only:
+        if cache.host_mode.stages:
             if node.host_value is not None:
                 _fail("5a buffer_only host", f"node {node.id} holds a host copy in buffer_only mode")
             if node.value is None:

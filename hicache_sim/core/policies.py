@@ -1,4 +1,4 @@
-"""Named policies as data: eviction strategies, write policies, prefetch stop policies.
+"""Named policies as data: eviction strategies, write policies, prefetch stop policies, host memory modes.
 
 Each family is a :class:`~hicache_sim.core.registry.Registry`. A new eviction strategy is one class
 and one ``register`` line. Host-eviction rules live in :mod:`hicache_sim.core.host_rules` because
@@ -7,6 +7,7 @@ they act on the tree; they register into ``HOST_EVICTION_RULES`` defined here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -250,5 +251,50 @@ class Timeout(StopPolicy):
 # Host-eviction rules register here (implementations in host_rules.py).
 HOST_EVICTION_RULES: Registry[type] = Registry("host eviction rule", "cache.host_eviction")
 
-HOST_MEMORY_MODES = ("cache", "buffer_only")
+
+# --------------------------------------------------------------------------------------------------
+# Host memory modes (--hicache-host-memory-mode): what host memory is for. The core reads the mode's
+# attributes, never its name.
+
+
+@dataclass(frozen=True, eq=False)
+class HostMemoryMode:
+    """What host memory holds and what follows from it.
+
+    ``stages``: host memory is a staging buffer between device and storage, not a cache: no node keeps
+    a host copy, device eviction deletes, backups queue as intents written through to storage, a
+    prefetch parks in bounce pages until its request is admitted (buffer.py); such a mode needs a
+    storage tier and a host pool. ``partial_prefetch``: a short host may take a shorter prefetch run
+    of what is free (0.5.23's buffer pipeline asks for the whole hit or nothing).
+    ``resolved_write_policies``: write policies the server accepts and runs as another (start-up
+    resolution). ``capacity_formulas``: the era's prefetch capacity formula -> this mode's (see
+    semantics.CAPACITY_FORMULAS). ``default_host_ratio``: SGLang's ``--hicache-ratio`` when no host
+    size is given.
+    """
+
+    name: str
+    stages: bool
+    partial_prefetch: bool
+    resolved_write_policies: Mapping[str, str]
+    capacity_formulas: Mapping[str, str]
+    default_host_ratio: float
+
+    def runs(self, write_policy: str) -> str:
+        """The write policy the server runs when asked for ``write_policy`` in this mode."""
+        return self.resolved_write_policies.get(write_policy, write_policy)
+
+    def capacity_formula(self, era_formula: str) -> str:
+        """The prefetch capacity formula this mode uses where the era's is ``era_formula``."""
+        return self.capacity_formulas.get(era_formula, era_formula)
+
+
+HOST_MEMORY_MODES: Registry[HostMemoryMode] = Registry("host memory mode", "cache.host_memory_mode")
+HOST_MEMORY_MODES.add("cache", HostMemoryMode("cache", False, True, {}, {}, 2.0))
+# SGLang 0.5.23 accepts write_back with buffer_only and resolves it to write_through at start-up
+# (``validate_hicache_host_memory_mode``: no host tier to write back to); its default ratio is 1.2.
+HOST_MEMORY_MODES.add(
+    "buffer_only",
+    HostMemoryMode("buffer_only", True, False, {"write_back": "write_through"}, {"2026": "2026_buffer_only"}, 1.2),
+)
+
 EVICTION_GRANULARITIES = ("node", "page")

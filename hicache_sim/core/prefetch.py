@@ -82,7 +82,7 @@ class PrefetchMixin(CacheState):
         if self.prefetch_rate_limited():
             c.prefetch_rate_limited += 1
             return None
-        if not self.buffer_only and anchor is not self.root and anchor.host_value is None:
+        if not self.host_mode.stages and anchor is not self.root and anchor.host_value is None:
             # SGLang's scheduler starts a cache-mode prefetch only below a host-backed node or the
             # root (``_prefetch_kvcache``): H-only pages under a D-only node would break the host
             # invariant (#30106), whatever the write policy.
@@ -122,7 +122,7 @@ class PrefetchMixin(CacheState):
         pages = self.alloc_host(n, STORAGE_HIT_EVICTION)
         if pages is None:
             avail = self.host.available()
-            partial = self.sem.prefetch_flow.partial and not self.buffer_only
+            partial = self.sem.prefetch_flow.partial and self.host_mode.partial_prefetch
             if partial and avail >= self.prefetch_threshold_pages:
                 pages = self.host.alloc(avail)
         return pages
@@ -234,7 +234,7 @@ class PrefetchMixin(CacheState):
         if m == 0:
             self._unpin_anchor(op)
             return 0
-        if self.buffer_only:
+        if self.host_mode.stages:
             return self.stage_prefetch(op, m)  # keeps the anchor pinned until the request consumes it
         dup = self._insert_host_only(op.anchor, op.keys[:m], pages[:m], op.hashes[:m])
         kept = m - dup

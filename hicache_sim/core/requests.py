@@ -35,7 +35,7 @@ class RequestMixin(CacheState):
         c.device_hit_pages += d
         c.host_hit_pages += st.host_hit
         c.storage_hit_pages += from_storage
-        if self.buffer_only:
+        if self.host_mode.stages:
             staged = self.consume_staged_prefetch(st)
             st.storage_hit += staged
             c.storage_hit_pages += staged

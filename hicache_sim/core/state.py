@@ -68,7 +68,7 @@ class CacheState:
         # key (the checker recomputes them); an impure one may differ whenever it is recomputed.
         self._hit_count_keyed = self.strategy.reads_hit_count
         self.host_prefix_closed = self.host_rule.host_set_prefix_closed(self)  # fixed by the config
-        self.buffer_only = config.host_memory_mode == "buffer_only"
+        self.host_mode = config.host_mode  # what host memory is for: a cache, or a staging buffer
         self.has_host = config.has_host
         self._page_level = config.eviction_granularity == "page"
         # Logical clock for access/creation order: strictly increasing, so no two nodes tie.

@@ -61,7 +61,7 @@ def refusal(a: Advice) -> str | None:
     """Why advise does not size from its timed runs: the one it would answer with is saturated (its TTFT
     is a queue growing while requests arrive). None when the answer stands, or rests on instant mode
     (a hit-rate target on a host cache: the saturated timed run only says its TTFT is the queue's)."""
-    on_timed = a.target.kind.timed or a.setup.buffer_only
+    on_timed = a.target.kind.timed or a.setup.host_mode.stages
     if a.timed is None or not saturated(a.timed) or not on_timed:
         return None
     return (
@@ -148,14 +148,14 @@ def confidence(a: Advice) -> list[str]:
         else "hardware uncalibrated: preset defaults (hardware.calibration unset; see hicache-sim calibrate)",
         a.validation,
         "hit rates from instant mode (SGLang's cache logic replayed in arrival order); TTFT from timed mode"
-        if not a.setup.buffer_only
+        if not a.setup.host_mode.stages
         else "hit rates judged on timed mode (instant mode's shown beside them); TTFT from timed mode",
     ]
     if a.target.kind.timed:
         lines.append("TTFT was simulated only for the best-hit-rate configuration at each host size, smallest first")
-    elif a.setup.buffer_only:
+    elif a.setup.host_mode.stages:
         lines.append(
-            "buffer_only: the hit-rate target is judged on timed runs (the staging backlog under load), "
+            f"{a.setup.host_mode.name}: the hit-rate target is judged on timed runs (the staging backlog under load), "
             "the best configuration at each host size, smallest first"
         )
     return lines

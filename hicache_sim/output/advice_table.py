@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from ..core import HOST_EVICTION_RULES, WRITE_POLICIES
+from ..core.policies import HOST_MEMORY_MODES, HostMemoryMode
 from ..core.registry import Registry
 from .saturation import SATURATED
 
@@ -81,7 +82,8 @@ class Setup:
     ranks: int
     calibration: str | None
     notes: list[str] = field(default_factory=list)
-    buffer_only: bool = False  # the host is a staging buffer: hit-rate targets judged on timed runs
+    # What host memory is for; a staging host has its hit-rate targets judged on timed runs.
+    host_mode: HostMemoryMode = field(default_factory=lambda: HOST_MEMORY_MODES.get("cache"))
     storage_backend: str = "none"  # the scenario's store (with one, advise adds the L3 verdict)
 
 

@@ -11,7 +11,7 @@ from ..core import (
     CacheConfig,
     ConfigError,
 )
-from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
+from ..core.policies import HOST_MEMORY_MODES
 from ..core.routing import ROUTERS
 from ..core.sizing import ModelDims, dsa_indexer_bytes_per_token, host_pool_tokens, kv_bytes_per_token
 from ..core.stores import STORE_MODELS
@@ -337,9 +337,9 @@ def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset, chunk: int | N
     return MemoryPlan(mem_mib * MIB, int(hw.cuda_context_mib * MIB), weights, mfs, source)
 
 
-# Host pool ratio when the scenario gives no host size: SGLang's ``--hicache-ratio`` default (2.0), and
-# the smaller default the buffer_only host mode uses (its host pool is a staging buffer, not a cache).
-DEFAULT_HOST_RATIO = {"cache": 2.0, "buffer_only": 1.2}
+# Host pool ratio when the scenario gives no host size, per host memory mode: SGLang's ``--hicache-ratio``
+# default (2.0), smaller for a staging buffer (buffer_only: 1.2); the modes' own values.
+DEFAULT_HOST_RATIO = {name: HOST_MEMORY_MODES.get(name).default_host_ratio for name in HOST_MEMORY_MODES.names()}
 # Storage bandwidth when neither the scenario nor a storage preset gives one (GB/s); storage off.
 NO_STORAGE_GBPS = 1.0
 
@@ -655,11 +655,12 @@ def _storage(sc: Scenario, bpt: int, model: ModelPreset) -> StorageParams:
 def _write_policy(c: CacheSpec, warnings: list[str]) -> str:
     """The write policy SGLang runs: buffer_only resolves write_back to write_through at start-up, as
     SGLang 0.5.23 does (with its info line); appends the note to ``warnings``."""
-    runs = BUFFER_ONLY_RESOLVED_POLICIES.get(c.write_policy) if c.host_memory_mode == "buffer_only" else None
-    if runs is None:
-        return c.write_policy
+    mode = HOST_MEMORY_MODES.get(c.host_memory_mode)
+    runs = mode.runs(c.write_policy)
+    if runs == c.write_policy:
+        return runs
     warnings.append(
-        f"cache.write_policy {c.write_policy}: SGLang runs {runs} in buffer_only mode (the host only stages "
+        f"cache.write_policy {c.write_policy}: SGLang runs {runs} in {mode.name} mode (the host only stages "
         "pages for storage), so this run uses it"
     )
     return runs

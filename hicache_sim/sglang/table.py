@@ -32,7 +32,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..core import EVICTION_STRATEGIES, PREFETCH_STOP_POLICIES, WRITE_POLICIES
-from ..core.config import BUFFER_ONLY_RESOLVED_POLICIES
+from ..core.policies import HOST_MEMORY_MODES
 from ..core.routing import ROUTERS, check_method
 from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
@@ -348,7 +348,7 @@ _HOST_FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "--hicache-size
 def _host_read(ctx: ReadContext) -> dict[str, Any]:
     if not ctx.hicache:
         return {"cache.host_tokens": 0}
-    mode = _choice(("cache", "buffer_only"))(
+    mode = _choice(HOST_MEMORY_MODES.names())(
         "--hicache-host-memory-mode", ctx.args.get("--hicache-host-memory-mode", "cache")
     )
     out: dict[str, Any] = {"cache.host_memory_mode": mode}
@@ -410,9 +410,10 @@ def _write_policy_read(ctx: ReadContext) -> dict[str, Any]:
     policy = _choice(modelled("--hicache-write-policy", WRITE_POLICIES.names()))(
         "--hicache-write-policy", ctx.args.get("--hicache-write-policy", "write_through")
     )
-    runs = BUFFER_ONLY_RESOLVED_POLICIES.get(policy)
-    if runs and ctx.args.get("--hicache-host-memory-mode") == "buffer_only" and ctx.storage:
-        ctx.notes.append(f"--hicache-write-policy {policy}: SGLang runs {runs} in buffer_only mode")
+    mode = ctx.args.get("--hicache-host-memory-mode", "cache")  # checked by the host pool's reader
+    runs = HOST_MEMORY_MODES.get(mode).runs(policy) if mode in HOST_MEMORY_MODES else policy
+    if runs != policy and ctx.storage:
+        ctx.notes.append(f"--hicache-write-policy {policy}: SGLang runs {runs} in {mode} mode")
         policy = runs
     return {"cache.write_policy": policy}
 

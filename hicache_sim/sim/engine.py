@@ -211,7 +211,7 @@ class Scheduler:
                     self._after_prefill(step, at, first_stage_done=True)
                 else:
                     self._take_in(payload)
-        if cache.buffer_only:
+        if cache.host_mode.stages:
             cache.flush_pending_writes()
         self.transport.dispatch(cache.take_transfers())
         if self.check_invariants:
@@ -533,7 +533,7 @@ class Scheduler:
         t_prev, t = t0, t0 + unhidden
         quiet = 0
         no_prefill = self.chunked is None and (not self.n_waiting or self.batch_full)
-        if no_prefill and not (cache.buffer_only and cache.buffer_queue):
+        if no_prefill and not (cache.host_mode.stages and cache.buffer_queue):
             quiet = self.decoding.quiet_steps()
         n = 0
         if quiet:

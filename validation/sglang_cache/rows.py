@@ -31,9 +31,9 @@ BOUNDED = {"synthetic": 10000, "conversation": 40000}
 
 
 def _row(rid: str, trace: str, l1: int, l2: int, policy: str, mode: str = "cache", **kw: Any) -> dict[str, Any]:
-    from hicache_sim.core.config import BUFFER_ONLY_RESOLVED_POLICIES
+    from hicache_sim.core.policies import HOST_MEMORY_MODES
 
-    resolved = BUFFER_ONLY_RESOLVED_POLICIES.get(policy, policy) if mode == "buffer_only" else policy
+    resolved = HOST_MEMORY_MODES.get(mode).runs(policy)
     row = {
         "id": rid,
         "trace": trace,
