@@ -1,5 +1,5 @@
-"""The typed packages stay type-clean: mypy over pyproject's [tool.mypy] files (core/ and the clean
-modules of sim/), run here because CI runs only pytest. A second test shows the check bites: a core
+"""The typed packages stay type-clean: mypy over pyproject's [tool.mypy] files (core/, sim/ and
+simconfig.py), run here because CI runs only pytest. A second test shows the check bites: a core
 module with one narrowing taken out fails it, naming the line."""
 
 from __future__ import annotations

@@ -60,6 +60,9 @@ from .decode import DecodeBatch
 from .requests import SimRequest
 from .transport import Transport
 
+#: Why ``r.st`` is set where it is read: from admission until the request finishes or is retracted.
+HELD = "a request past admission holds its cache state until it finishes or is retracted"
+
 
 @dataclass(slots=True)
 class Step:
@@ -178,7 +181,7 @@ class Scheduler:
 
     # -------------------------------------------------------------------------------- loop
 
-    def run(self) -> Generator:
+    def run(self) -> Generator[simpy.Event, object, None]:
         while True:
             self._housekeeping()
             step = self._plan()
@@ -381,6 +384,7 @@ class Scheduler:
         r.state = "prefill"
         self.n_waiting -= 1
         st = r.st
+        assert st is not None, HELD
         r.loaded_now = st.loaded_pages > 0
         if not r.admitted_once:
             r.admitted_once = True
@@ -419,7 +423,9 @@ class Scheduler:
         for i, r in enumerate(needy):
             if r.state != "decode":
                 continue
-            while not cache.extend_request(r.st, 1):
+            st = r.st
+            assert st is not None, HELD
+            while not cache.extend_request(st, 1):
                 victim = batch.victim()
                 if victim is r and len(batch) == 1:
                     victim = None
@@ -431,7 +437,7 @@ class Scheduler:
                         self.transport.dispatch(cache.take_transfers())
                         return None
                     batch.leave(r)
-                    cache.abort_request(r.st)
+                    cache.abort_request(st)
                     r.st = None
                     self.batch_full = False
                     self.reject(r, "device pool too small for this request's decode (nothing to retract)")
@@ -463,13 +469,17 @@ class Scheduler:
         first = True
         while len(batch) > 1 and (first or cache.device.available() + cache.evictable_pages < _still_in(needy, batch)):
             first = False
-            self._retract(batch.victim())
+            victim = batch.victim()
+            assert victim is not None, "a batch of two or more has a victim"
+            self._retract(victim)
 
     def _retract(self, r: SimRequest) -> None:
         """Give back everything ``r`` holds and requeue it; it restarts from its prefix (its output so
         far is prefilled again with the prompt, as SGLang re-prefills origin input + output ids)."""
         self.decoding.leave(r)
-        self.cache.abort_request(r.st)
+        st = r.st
+        assert st is not None, HELD
+        self.cache.abort_request(st)
         r.st = None
         r.seq_tokens = r.req.input_tokens + r.generated
         r.done_tokens = 0
@@ -483,13 +493,17 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------- running
 
-    def _execute(self, step: Step) -> Generator:
+    def _execute(self, step: Step) -> Generator[simpy.Event, object, None]:
         env = self.env
         compute = self.compute
         t0 = env.now
         if step.blocking:
             ev = env.event()
-            self.transport.start_blocking(step.blocking, ev.succeed)
+
+            def unblock() -> None:
+                ev.succeed()
+
+            self.transport.start_blocking(step.blocking, unblock)
             yield ev
             self.counters["blocking_wait_s"] += env.now - t0
         t1 = env.now
@@ -518,7 +532,9 @@ class Scheduler:
         if self.check_invariants:
             self.check()
 
-    def _decode_run(self, step: Step, t0: float, overhead: float, unhidden: float) -> Generator:
+    def _decode_run(
+        self, step: Step, t0: float, overhead: float, unhidden: float
+    ) -> Generator[simpy.Event, object, float]:
         """Run this decode step and the quiet ones after it in one timeout; returns the start of the
         last step (its post-processing is the caller's, as for a single step).
 
@@ -576,7 +592,9 @@ class Scheduler:
         done_at = self.env.now + rest_s
         self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(("prefill_done", (step, done_at))))
 
-    def _overlap_loads(self, step: Step, t1: float, gpu: float, unhidden: float) -> Generator:
+    def _overlap_loads(
+        self, step: Step, t1: float, gpu: float, unhidden: float
+    ) -> Generator[simpy.Event, object, None]:
         """Layer i computes once layer i arrived and layer i - 1 is done; charge what is not hidden."""
         env = self.env
         compute = self.compute
@@ -606,8 +624,10 @@ class Scheduler:
         if not c.final:
             self.chunked = r
             upto = min(c.end // self.page, self._checkpoint_cap(r))
-            if upto > r.st.cached:
-                self.cache.checkpoint_request(r.st, upto)
+            st = r.st
+            assert st is not None, HELD
+            if upto > st.cached:
+                self.cache.checkpoint_request(st, upto)
         elif self.chunked is r:
             self.chunked = None
 
@@ -633,8 +653,10 @@ class Scheduler:
             # SGLang's cache_unfinished_req after the prefill: the prompt becomes shareable while
             # the request decodes (the same node instant mode creates at finish).
             upto = self._checkpoint_cap(r)
-            if upto > r.st.cached:
-                cache.checkpoint_request(r.st, upto, chunked=False)
+            st = r.st
+            assert st is not None, HELD
+            if upto > st.cached:
+                cache.checkpoint_request(st, upto, chunked=False)
             self.decoding.join(r)
 
     def _checkpoint_cap(self, r: SimRequest) -> int:
@@ -654,6 +676,7 @@ class Scheduler:
         """Cache the finished request: its prompt, or prompt + output where the output's keys are known.
         ``at``: when its last token came (default now)."""
         st = r.st
+        assert st is not None, HELD
         fk = r.req.finish_keys
         if self.policy.insert_output and fk and len(fk) <= len(st.pages):
             st.keys = list(fk)
