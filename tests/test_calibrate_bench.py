@@ -14,8 +14,8 @@ from conftest import invoke
 
 from hicache_sim.calibration.benchfit import Runner
 from hicache_sim.calibration.benchresult import MULTITURN, SERVING, read_bench_result, sniff
-from hicache_sim.calibration.file import load_calibration
 from hicache_sim.cli.calibrate import input_format
+from hicache_sim.hardware.calibration import load_calibration
 from hicache_sim.scenario import build_scenario, resolve
 from hicache_sim.workloads.build import build_workload
 

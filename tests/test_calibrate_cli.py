@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_user_error, invoke
 from test_calibrate_fit import DIRECT, KERNEL, synthetic
 
-from hicache_sim.calibration.file import load_calibration, preset_calibration
+from hicache_sim.hardware.calibration import load_calibration, preset_calibration
 from hicache_sim.hardware.presets import LINKS
 from hicache_sim.scenario import PACKAGE_DATA, build_scenario, resolve
 

@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hicache_sim.calibration.file import CalibrationError
 from hicache_sim.calibration.fit import (
     aggregate_repeats,
     ape_stats,
@@ -19,6 +18,7 @@ from hicache_sim.calibration.fit import (
     predict,
     validate_measurements,
 )
+from hicache_sim.hardware.calibration import CalibrationError
 from hicache_sim.hardware.linkmodel import LinkParams, segments_for
 
 KERNEL = LinkParams(bandwidth_Bps=12e9, latency_s=15e-6, half_efficiency_bytes=2048.0, segment_overhead_s=0.0)

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from conftest import TINY_SCENARIO, invoke
 
-from hicache_sim.calibration.file import CalibrationError, load_calibration
 from hicache_sim.calibration.logfit import fit_log, model_with
 from hicache_sim.calibration.serverlog import parse_line, parse_server_log
+from hicache_sim.hardware.calibration import CalibrationError, load_calibration
 from hicache_sim.scenario import build_scenario, resolve
 from hicache_sim.sim.compute import ComputeParams
 

@@ -77,7 +77,7 @@ def test_a_file_with_every_group_the_run_uses_says_nothing(tmp_path):
 
 def test_the_note_names_each_used_group_once():
     """The note itself, without a run: used groups are the two directions of one backend x layout."""
-    from hicache_sim.calibration.file import Calibration
+    from hicache_sim.hardware.calibration import Calibration
     from hicache_sim.hardware.linkmodel import LinkParams
 
     cal = Calibration(groups={("d2h", "direct", "page_first_direct"): LinkParams(**ROW)})

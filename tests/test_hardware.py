@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hicache_sim.calibration.file import CalibrationError, load_calibration
 from hicache_sim.core import ConfigError
+from hicache_sim.hardware.calibration import CalibrationError, load_calibration
 from hicache_sim.hardware.linkmodel import segments_for
 from hicache_sim.hardware.memory import MIB
 from hicache_sim.hardware.presets import GPUS, LINKS, MODELS

@@ -28,9 +28,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..hardware.calibration import COMPUTE_FIELDS
 from ..scenario import Resolved
 from .benchresult import MULTITURN, SERVING, SERVING_STATS, BenchResult
-from .file import COMPUTE_FIELDS
 
 MIN_SENSITIVITY = 0.02  # |d log(target) / d log(lever)| below which a lever is not pinned
 PROBE = 0.02  # the lever step of the finite differences, in log units

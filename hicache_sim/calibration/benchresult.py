@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .file import CalibrationError
+from ..hardware.calibration import CalibrationError
 
 SERVING = "bench-serving"
 MULTITURN = "bench-multiturn"

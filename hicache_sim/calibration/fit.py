@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
+from ..hardware.calibration import Calibration, CalibrationError
 from ..hardware.linkmodel import LinkParams
 from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
 from ..output.write import atomic_write
-from .file import Calibration, CalibrationError
 
 GROUP_KEYS = ("direction", "io_backend", "layout")
 REQUIRED_COLUMNS = (*GROUP_KEYS, "bytes", "segments", "duration_s")

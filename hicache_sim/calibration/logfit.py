@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..hardware.calibration import COMPUTE_FIELDS
 from ..scenario import Resolved
 from ..sim.compute import ComputeModel, ComputeParams
-from .file import COMPUTE_FIELDS
 from .serverlog import Interval
 
 #: Kind of interval -> the knobs it may pin, in order of preference.

@@ -392,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
+    from ..hardware.calibration import CalibrationError
     from ..scenario.schema import ScenarioError
-    from .file import CalibrationError
 
     try:
         s = run_oneshot(

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .file import CalibrationError
+from ..hardware.calibration import CalibrationError
 
 
 def _bool(text: str) -> bool:

@@ -70,7 +70,6 @@ def calibrate_cmd(
     if fmt == "sglang-log":
         calibrate_from_log(measurements, scenario, out, holdout, seed)
         return
-    from ..calibration.file import is_calibration_file
     from ..calibration.fit import (
         calibrate,
         dropped_note,
@@ -79,6 +78,7 @@ def calibrate_cmd(
         read_measurements,
         scatter_figure,
     )
+    from ..hardware.calibration import is_calibration_file
     from ..output.write import atomic_write, check_file_target
 
     with user_errors(str(measurements)):
@@ -166,9 +166,9 @@ def input_format(path: Path, given: str) -> str:
 def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: float, seed: int) -> None:
     """Fit the compute knobs an SGLang server log pins for ``scenario``; write the calibration file
     (the scenario's own calibration file's other entries carried over)."""
-    from ..calibration.file import is_calibration_file
     from ..calibration.logfit import fit_log
     from ..calibration.serverlog import parse_server_log
+    from ..hardware.calibration import is_calibration_file
     from ..output.write import atomic_write, check_file_target
     from ..scenario import load_scenario, resolve
 
@@ -221,7 +221,7 @@ def _not_a_folder(out: Path) -> None:
 def _fitted_calibration(r, source: str, knobs: dict[str, float]):
     """The calibration file of fitted compute ``knobs`` for the resolved scenario ``r``: its own
     calibration file's link groups, errors and other compute entries carried over."""
-    from ..calibration.file import Calibration
+    from ..hardware.calibration import Calibration
 
     base = r.calibration
     return Calibration(
@@ -275,7 +275,7 @@ def calibrate_from_bench(result_path: Path, fmt: str, scenario: str | None, out:
 
     from ..calibration.benchfit import UNITS, check_bench, fit_bench, not_simulated, report_markdown, table_lines
     from ..calibration.benchresult import read_bench_result
-    from ..calibration.file import is_calibration_file
+    from ..hardware.calibration import is_calibration_file
     from ..output.write import atomic_write, check_file_target
     from ..scenario import load_scenario, resolve, resolve_builtin
     from ..workloads.build import build_workload

@@ -14,8 +14,8 @@ import typer
 def user_error_types() -> tuple[type[Exception], ...]:
     """The exceptions that are a user's mistake. Imported when an error is handled, not when the CLI
     loads: ``--help`` must not pay for the scenario schema (pydantic) or the hardware tables."""
-    from ..calibration.file import CalibrationError
     from ..core.errors import ConfigError
+    from ..hardware.calibration import CalibrationError
     from ..output.write import OutputError
     from ..scenario import ScenarioError
     from ..workloads.errors import WorkloadError

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..calibration.file import COMPUTE_FIELDS, Calibration, load_calibration
 from ..core import (
     CacheConfig,
     ConfigError,
@@ -15,6 +14,7 @@ from ..core.policies import HOST_MEMORY_MODES
 from ..core.routing import ROUTERS
 from ..core.sizing import ModelDims, dsa_indexer_bytes_per_token, host_pool_tokens, kv_bytes_per_token
 from ..core.stores import STORE_MODELS
+from ..hardware.calibration import COMPUTE_FIELDS, Calibration, load_calibration
 from ..hardware.linkmodel import LinkParams
 from ..hardware.memory import (
     GIB,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from ..hardware.linkmodel import LinkParams
-from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
 from ..yamlfile import load_yaml, yaml_error_where
+from .linkmodel import LinkParams
+from .presets import IO_BACKENDS, MEM_LAYOUTS, LinkPreset
 
 CALIBRATION_KIND = "hicache-sim-calibration"
 DIRECTIONS = ("h2d", "d2h")
