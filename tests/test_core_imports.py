@@ -115,6 +115,19 @@ FLOORS = {
         "hicache_sim.scenario",
     ),
     "output": UPPER,
+    # The calibration file describes hardware and lives in hardware/: reading a scenario never loads the
+    # fitting package (calibration/: numpy, scipy, pandas), and hardware/ stands on core/ alone.
+    "scenario": (*UPPER, "hicache_sim.output", "hicache_sim.sim", "hicache_sim.calibration", "hicache_sim.replay"),
+    "hardware": (
+        *UPPER,
+        "hicache_sim.output",
+        "hicache_sim.sim",
+        "hicache_sim.calibration",
+        "hicache_sim.replay",
+        "hicache_sim.scenario",
+        "hicache_sim.sglang",
+        "hicache_sim.workloads",
+    ),
 }
 
 
