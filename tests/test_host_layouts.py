@@ -71,6 +71,60 @@ def test_the_layouts_sglang_runs_are_kept_and_rewrites_still_apply():
     assert set(HOST_LAYOUTS.names()) == {*parse_choices("--hicache-mem-layout")}
 
 
+@pytest.mark.parametrize(
+    ("asked", "storage", "era", "runs", "note"),
+    [
+        (("kernel", "layer_first"), "", "2026", ("kernel", "layer_first"), ""),
+        (("direct", "layer_first"), "", "2026", ("direct", "layer_first"), ""),
+        (("kernel", "page_first"), "", "2026", ("kernel", "page_first"), ""),
+        (
+            ("kernel", "page_first_direct"),
+            "",
+            "2026",
+            ("direct", "page_first_direct"),
+            "kernel io backend does not support page_first_direct: SGLang uses direct",
+        ),
+        (
+            ("direct", "page_first"),
+            "",
+            "2026",
+            ("direct", "page_first_direct"),
+            "direct io backend with page_first: SGLang uses page_first_direct",
+        ),
+        # 0.5.23's page-object stores read no layer_first pool: each backend's own page layout instead.
+        (
+            ("kernel", "layer_first"),
+            "mooncake",
+            "2026",
+            ("kernel", "page_first"),
+            "mooncake storage backend: SGLang uses kernel io with page_first host layout",
+        ),
+        (
+            ("direct", "layer_first"),
+            "npu_memcache",
+            "2026",
+            ("direct", "page_first_direct"),
+            "npu_memcache storage backend: SGLang uses direct io with page_first_direct host layout",
+        ),
+        (("direct", "page_first_direct"), "mooncake", "2026", ("direct", "page_first_direct"), ""),
+        # A layout rewrite and a store's: both notes, in SGLang's order.
+        (
+            ("direct", "page_first"),
+            "mooncake",
+            "2025",
+            ("kernel", "page_first"),
+            "direct io backend with page_first: SGLang uses page_first_direct; "
+            "mooncake storage backend: SGLang uses kernel io with page_first host layout",
+        ),
+    ],
+)
+def test_sglangs_io_backend_and_layout_rewrites(asked, storage, era, runs, note):
+    """What SGLang 0.5.23 (0.5.2 for the 2025 era) runs when asked for an io backend and host layout:
+    the layout's own rewrites, then the store's (``effective_io``, from the layouts' and io backends'
+    registries)."""
+    assert effective_io(*asked, storage, era) == (*runs, note)
+
+
 def parse_choices(flag: str) -> tuple[str, ...]:
     from hicache_sim.sglang.flags import known_flags
 

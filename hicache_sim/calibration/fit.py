@@ -34,7 +34,7 @@ from scipy.optimize import least_squares, nnls
 
 from ..hardware.calibration import Calibration, CalibrationError
 from ..hardware.linkmodel import LinkParams
-from ..hardware.presets import IO_BACKENDS, MEM_LAYOUTS
+from ..hardware.presets import IO_BACKEND_MODELS, IO_BACKENDS, MEM_LAYOUTS
 from ..output.write import atomic_write
 
 GROUP_KEYS = ("direction", "io_backend", "layout")
@@ -181,7 +181,7 @@ def costs_to_params(costs: np.ndarray, io_backend: str) -> LinkParams:
     """Per-operation/piece/byte costs as LinkParams (per-piece cost placed by io backend, see module)."""
     per_op, per_piece, per_byte = (float(x) for x in costs)
     bandwidth = min(1.0 / per_byte, MAX_BANDWIDTH_BPS) if per_byte > 0 else MAX_BANDWIDTH_BPS
-    if io_backend == "kernel":
+    if IO_BACKEND_MODELS.get(io_backend).pieces_in_one_launch:  # the piece's cost as lost efficiency
         return LinkParams(bandwidth, per_op, per_piece * bandwidth, 0.0)
     return LinkParams(bandwidth, per_op, 0.0, per_piece)
 

@@ -8,15 +8,14 @@ numbers here, and may carry compute parameters too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from ..core.errors import ConfigError
 from ..core.registry import Registry
 from ..core.stores import STORE_MODELS
 from .linkmodel import LinkParams
 
-IO_BACKENDS = ("kernel", "direct")
 #: The host layouts the replay harness performs and calibration measures (``HOST_LAYOUTS`` below has
 #: every layout the transfer model knows).
 MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
@@ -250,23 +249,51 @@ class HostLayout:
     backends that copy it (after SGLang's rewrites, ``effective_io``), the attention kinds whose host
     pool has it, and ``pieces(kv_factor, page_size, heads)``: the contiguous pieces one page of one
     layer moves in either direction (``heads``: KV heads per rank). ``refused``: why the simulator does
-    not run it (empty: it does)."""
+    not run it (empty: it does). ``rewrites``: an io backend SGLang does not copy this layout with ->
+    the (io backend, layout) it runs instead and its warning. ``page_objects``: a page's layers lie
+    together, as a store of page objects reads them (``STORAGE_LAYOUT_RULES``)."""
 
     name: str
     io_backends: tuple[str, ...]
     attention: tuple[str, ...]
     pieces: Callable[[int, int, int], int]
     refused: str = ""
+    rewrites: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    page_objects: bool = True
 
 
 HOST_LAYOUTS: Registry[HostLayout] = Registry("host memory layout", "cache.mem_layout")
 for _lay in (
     # [kv, layer, token, head, dim]: a page of one layer is one run per K and V (both backends).
-    HostLayout("layer_first", ("kernel", "direct"), ("mha", "mla"), lambda kv, page, heads: kv),
+    HostLayout("layer_first", ("kernel", "direct"), ("mha", "mla"), lambda kv, page, heads: kv, page_objects=False),
     # [kv, token, layer, head, dim]: the kernel moves each layer's rows of a page, K and V apart.
-    HostLayout("page_first", ("kernel",), ("mha", "mla"), lambda kv, page, heads: kv),
+    HostLayout(
+        "page_first",
+        ("kernel",),
+        ("mha", "mla"),
+        lambda kv, page, heads: kv,
+        rewrites={
+            "direct": (
+                "direct",
+                "page_first_direct",
+                "direct io backend with page_first: SGLang uses page_first_direct",
+            )
+        },
+    ),
     # [kv, page, layer, token, head, dim]: one cudaMemcpy per page and layer (K and V of it together).
-    HostLayout("page_first_direct", ("direct",), ("mha", "mla"), lambda kv, page, heads: 1),
+    HostLayout(
+        "page_first_direct",
+        ("direct",),
+        ("mha", "mla"),
+        lambda kv, page, heads: 1,
+        rewrites={
+            "kernel": (
+                "direct",
+                "page_first_direct",
+                "kernel io backend does not support page_first_direct: SGLang uses direct",
+            )
+        },
+    ),
     # [kv, page, head, token, layer, dim]: the page-head kernels (transfer_kv_per_layer_ph_lf on load,
     # transfer_kv_all_layer_lf_ph on backup) copy one head of one token of one layer at a time, K and
     # V apart: head_dim x itemsize bytes each. MHA host pools only; the direct backend raises on it.
@@ -298,7 +325,29 @@ class LinkPreset:
     direct: CopyCurve
 
     def curve(self, io_backend: str) -> CopyCurve:
-        return self.kernel if io_backend == "kernel" else self.direct
+        """This link's copy curve for ``io_backend`` (an ``IO_BACKEND_MODELS`` name)."""
+        return IO_BACKEND_MODELS.get(io_backend).curve(self)
+
+
+@dataclass(frozen=True)
+class IoBackend:
+    """An io backend (``--hicache-io-backend``) as the transfer model takes it. ``curve``: its copy curve
+    on a link. ``pieces_in_one_launch``: the kernel moves many pieces in one launch, so a piece's cost
+    shows as lost efficiency (``half_efficiency_bytes``); otherwise each piece is a copy call of its own
+    with a fixed cost (``segment_overhead``). ``page_layout``: the page-object host layout it copies
+    where a store needs page objects (SGLang rewrites layer_first to it)."""
+
+    name: str
+    curve: Callable[[LinkPreset], CopyCurve]
+    pieces_in_one_launch: bool
+    page_layout: str
+
+
+IO_BACKEND_MODELS: Registry[IoBackend] = Registry("io backend", "cache.io_backend")
+IO_BACKEND_MODELS.add("kernel", IoBackend("kernel", lambda link: link.kernel, True, "page_first"))
+IO_BACKEND_MODELS.add("direct", IoBackend("direct", lambda link: link.direct, False, "page_first_direct"))
+#: The io backends the transfer model runs.
+IO_BACKENDS = tuple(IO_BACKEND_MODELS.names())
 
 
 def effective_io(
@@ -320,12 +369,10 @@ def effective_io(
             f"(this model's attention is {attention.upper()})",
         )
     notes = []
-    if layout == "page_first_direct" and io_backend == "kernel":
-        io_backend = "direct"
-        notes.append("kernel io backend does not support page_first_direct: SGLang uses direct")
-    if layout == "page_first" and io_backend == "direct":
-        layout = "page_first_direct"
-        notes.append("direct io backend with page_first: SGLang uses page_first_direct")
+    rewrite = lay.rewrites.get(io_backend)
+    if rewrite is not None:
+        io_backend, layout, note = rewrite
+        notes.append(note)
     rule = STORAGE_LAYOUT_RULES.get((era, storage))
     if rule is not None:
         new_io, new_layout = rule(io_backend, layout)
@@ -351,9 +398,9 @@ def _page_objects_2026(io_backend: str, layout: str) -> tuple[str, str]:
     # SGLang 0.5.23 arg_groups/hicache_hook.resolve_storage_layout_compatibility: mooncake and
     # npu_memcache cannot read a layer_first host pool; it becomes page_first under the kernel
     # backend, page_first_direct under direct.
-    if layout != "layer_first":
+    if HOST_LAYOUTS.get(layout).page_objects:
         return io_backend, layout
-    return io_backend, "page_first" if io_backend == "kernel" else "page_first_direct"
+    return io_backend, IO_BACKEND_MODELS.get(io_backend).page_layout
 
 
 # (cache semantics era, SGLang storage backend) -> rewrite of (io backend, layout).
