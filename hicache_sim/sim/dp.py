@@ -39,6 +39,7 @@ from ..workloads.synthetic import Workload
 from ..workloads.workload import MAX_CLOCK_S
 from .arrivals import arrivals_for
 from .compute import StepTimeModel
+from .events import Inbox
 from .metrics import RequestRecord
 from .requests import SimRequest
 from .world import SimulationError, TimedResult, World
@@ -60,7 +61,7 @@ class RankWorld(World):
         """What this rank's scheduler publishes for the controller: running + waiting requests, and KV
         tokens held by running requests (in use, not evictable) + prompt tokens of waiting requests."""
         s = self.scheduler
-        arriving = [payload for kind, payload in s.inbox if kind == "arrive"]
+        arriving = [payload for kind, payload in s.inbox if kind is Inbox.ARRIVE]
         waiting = s._live_waiting() + arriving
         c = self.cache
         used = (c.device.used() - c.evictable_pages) * self.page

@@ -49,6 +49,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
@@ -57,6 +58,7 @@ from ..simconfig import SchedulerPolicy
 from .admission import INF_TOKENS, NO_TOKEN, OTHER, Chunk, PrefillAdder
 from .compute import StepTimeModel
 from .decode import DecodeBatch
+from .events import Inbox
 from .requests import SimRequest
 from .transport import Transport
 
@@ -100,7 +102,14 @@ class Scheduler:
         self.storage_latency_s = storage_latency_s
         self.on_done = on_done
         self.check_invariants = check_invariants
-        self.inbox: list[tuple] = []
+        # (kind, payload), applied in posting order at the next loop turn (events.py: the same-time order).
+        self.inbox: list[tuple[Inbox, Any]] = []
+        self.apply: dict[Inbox, Callable[[Any], None]] = {
+            Inbox.ACK: self._apply_ack,
+            Inbox.QUERY: self._apply_query,
+            Inbox.PREFILL_DONE: self._apply_prefill_done,
+            Inbox.ARRIVE: self._take_in,
+        }
         self.waiting: deque[tuple[SimRequest, int]] = deque()  # (request, epoch): stale entries skipped
         self.n_waiting = 0
         self.decoding = DecodeBatch(self.page, policy.clip_max_new_tokens)
@@ -142,19 +151,19 @@ class Scheduler:
 
     def submit(self, r: SimRequest) -> None:
         """A request arrived (taken in at the next loop iteration, as SGLang's recv_requests)."""
-        self._post(("arrive", r))
+        self._post(Inbox.ARRIVE, r)
 
     def on_ack(self, t: Transfer) -> None:
         """A transfer finished; its acknowledgement is applied at the next loop iteration."""
-        self._post(("ack", t))
+        self._post(Inbox.ACK, t)
 
     def wake(self) -> None:
         """Something the idle scheduler may be waiting for changed (prefetch progress, a timer)."""
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
 
-    def _post(self, item: tuple) -> None:
-        self.inbox.append(item)
+    def _post(self, kind: Inbox, payload: Any) -> None:
+        self.inbox.append((kind, payload))
         self.wake()
 
     def reject(self, r: SimRequest, reason: str) -> None:
@@ -201,24 +210,30 @@ class Scheduler:
         cache.now = now
         while self.inbox:
             items, self.inbox = self.inbox, []
+            apply = self.apply
             for kind, payload in items:
-                if kind == "ack":
-                    cache.complete(payload, now)
-                    self.batch_full = False
-                elif kind == "query":
-                    cache.prefetch_query(payload)
-                    self._note_prefetch_misses()
-                elif kind == "prefill_done":
-                    step, at = payload
-                    self.in_flight.remove(step)
-                    self._after_prefill(step, at, first_stage_done=True)
-                else:
-                    self._take_in(payload)
+                apply[kind](payload)
         if cache.host_mode.stages:
             cache.flush_pending_writes()
         self.transport.dispatch(cache.take_transfers())
         if self.check_invariants:
             self.check()
+
+    def _apply_ack(self, t: Transfer) -> None:
+        """A transfer's acknowledgement: the core completes it (pages unpinned: try prefill again)."""
+        self.cache.complete(t, self.env.now)
+        self.batch_full = False
+
+    def _apply_query(self, rid: str) -> None:
+        """Storage answered a request's hit query."""
+        self.cache.prefetch_query(rid)
+        self._note_prefetch_misses()
+
+    def _apply_prefill_done(self, done: tuple[Step, float]) -> None:
+        """A pipeline micro-batch left the last stage at ``done[1]``."""
+        step, at = done
+        self.in_flight.remove(step)
+        self._after_prefill(step, at, first_stage_done=True)
 
     def _take_in(self, r: SimRequest) -> None:
         """A new request: start its storage prefetch (hit query after the storage latency), queue it."""
@@ -235,7 +250,7 @@ class Scheduler:
         if op is not None:
             r.had_prefetch = True
             rid = r.req.rid
-            self.env.timeout(self.storage_latency_s).callbacks.append(lambda _ev: self._post(("query", rid)))
+            self.env.timeout(self.storage_latency_s).callbacks.append(lambda _ev: self._post(Inbox.QUERY, rid))
 
     def _note_prefetch_misses(self) -> None:
         """Queue a storage re-ask for each waiting request whose prefetch just ended as a miss poll."""
@@ -590,7 +605,7 @@ class Scheduler:
         for c in step.chunks:
             self._chunk_progress(c)
         done_at = self.env.now + rest_s
-        self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(("prefill_done", (step, done_at))))
+        self.env.timeout(rest_s).callbacks.append(lambda _ev: self._post(Inbox.PREFILL_DONE, (step, done_at)))
 
     def _overlap_loads(
         self, step: Step, t1: float, gpu: float, unhidden: float
