@@ -9,7 +9,9 @@ takes and what waits for it.
   ``requests``: a request's state in the world.
 - ``arrivals``: open-loop trace arrivals or closed-loop multi-turn clients.
 - ``metrics``: per-request records, time series, transfer log.
-- ``world``: wiring, conservation checks, ``run_timed``.
+- ``world``: wiring, conservation checks, ``run_timed``; it runs on ``hicache_sim.simconfig.SimConfig``
+  (plain dataclasses, ``Resolved.sim_config()``), never on the pydantic scenario.
+- ``events``: the same-time order of the world's events (one table) and the scheduler inbox's kinds.
 """
 
 from .compute import ComputeModel, ComputeParams, StepTimeModel
