@@ -50,3 +50,13 @@ def test_a_round_barrier_releases_the_held_turns_in_finish_order():
     assert loop.ready == []
     loop.release()
     assert [r.rid for r in loop.ready] == ["c2t1", "c0t1", "c1t1"]
+
+
+def test_uniform_gaps_are_drawn_on_twice_the_mean():
+    """bench_multiturn's uniform distribution sleeps U(0, 2 / rate) after each pop attempt (mean 1 / rate):
+    each gap is the seeded stream's next uniform draw on that interval."""
+    loop = ClientLoop(_requests(6, 1), SenderSpec(policy="fifo", seed=5, rate=4.0, distribution="uniform"))
+    twin = random.Random(5)
+    gaps = [loop.wake()[1] for _ in range(6)]
+    assert gaps == [twin.uniform(0.0, 2.0 / 4.0) for _ in range(6)]
+    assert max(gaps) > 1.0 / 4.0  # draws above the mean: the interval is not [0, 1 / rate)
