@@ -115,6 +115,28 @@ def test_sglang_shapes_per_layout():
     assert mla_shapes == {"device": (L, n * p, 1, 12), "host": (n * p, L, 1, 12)}  # no K/V axis
 
 
+def test_the_harness_performs_every_layout_calibration_measures():
+    """The harness's layout table is the calibration's list (``MEM_LAYOUTS``): a layout added to one
+    and not the other would be measured with no pool to copy, or allocated and never calibrated."""
+    from hicache_sim.hardware.presets import MEM_LAYOUTS
+    from hicache_sim.replay.pools import REPLAY_LAYOUTS
+
+    assert tuple(REPLAY_LAYOUTS) == MEM_LAYOUTS == LAYOUTS
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_direct_copy_moves_the_pieces_the_transfer_model_counts(layout):
+    """The harness copies K and V of one layer's page as one piece exactly where the transfer model
+    (``HOST_LAYOUTS``' pieces) counts one piece for both: what calibration measures is what the
+    simulator charges."""
+    from hicache_sim.hardware.presets import HOST_LAYOUTS
+    from hicache_sim.replay.pools import REPLAY_LAYOUTS
+
+    mha = SHAPES["mha"]
+    pieces = HOST_LAYOUTS.get(layout).pieces(mha.kv_factor, mha.page_size, mha.heads)
+    assert (1 if REPLAY_LAYOUTS[layout].joint_kv else mha.kv_factor) == pieces
+
+
 def test_pools_are_capped_in_bytes():
     shape = SHAPES["mha"]
     pools = allocate_pools(shape, "layer_first", 10_000, 10_000, "cpu", max_pool_bytes=7 * shape.page_bytes)

@@ -28,8 +28,8 @@ import pandas as pd
 import torch
 
 from ..hardware.linkmodel import segments_for
-from ..hardware.presets import IO_BACKENDS
-from .pools import DEFAULT_POOL_BYTES, KVPools, ReplayError, device_label
+from ..hardware.presets import IO_BACKEND_MODELS, IO_BACKENDS
+from .pools import DEFAULT_POOL_BYTES, REPLAY_LAYOUTS, KVPools, ReplayError, device_label
 
 DEFAULT_FLUSH_BYTES = 64 << 20
 """CPU cache flush before each measured copy: twice a large server L3 slice (see flush_caches)."""
@@ -106,6 +106,8 @@ class Executor:
         self.now = CPU_CLOCKS[clock]
         self.pools = pools
         self.io_backend = io_backend
+        # The kernel backend gathers a layer's pieces in one launch; the direct one copies piece by piece.
+        self._one_launch = IO_BACKEND_MODELS.get(io_backend).pieces_in_one_launch
         self.device = pools.device
         self.cuda = pools.device.type == "cuda"
         cap = max_staging_bytes if max_staging_bytes is not None else DEFAULT_POOL_BYTES[device_label(self.device)]
@@ -124,14 +126,14 @@ class Executor:
     def d2h(self, device_pages: Sequence[int], host_pages: Sequence[int]) -> Timing:
         """Back up device pages into host pages (all layers), timed."""
         d, h = self._slots(device_pages, host_pages)
-        if self.io_backend == "kernel":
+        if self._one_launch:
             return self._kernel_d2h(d, h)
         return self._direct(self.pools.device_view(), self.pools.host_view(), d, h, False, self.d2h_stream)
 
     def h2d(self, host_pages: Sequence[int], device_pages: Sequence[int], *, per_layer: bool = True) -> Timing:
         """Load host pages into device pages, layer by layer (``per_layer``) or all at once, timed."""
         d, h = self._slots(device_pages, host_pages)
-        if self.io_backend == "kernel":
+        if self._one_launch:
             return self._kernel_h2d(h, d, per_layer)
         return self._direct(self.pools.host_view(), self.pools.device_view(), h, d, per_layer, self.h2d_stream)
 
@@ -295,7 +297,7 @@ class Executor:
     ) -> Timing:
         """One ``copy_`` per piece; on CUDA asynchronous on ``stream`` (pinned host memory)."""
         shape = self.pools.shape
-        joint_kv = self.pools.layout == "page_first_direct"  # K and V of a layer's page in one piece
+        joint_kv = REPLAY_LAYOUTS[self.pools.layout].joint_kv  # K and V of a layer's page in one piece
         pairs = list(zip(s_slots, d_slots))
         clock = _Clock(stream, self.now)
         with self._stream(stream):

@@ -19,7 +19,7 @@ bytes and piece structure and only reuses addresses.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -151,6 +151,47 @@ def device_name(device: torch.device) -> str:
     return f"{model}, {os.cpu_count()} cores, {threads} torch thread{'s' if threads != 1 else ''}"
 
 
+@dataclass(frozen=True)
+class ReplayLayout:
+    """One host layout as the harness allocates and reads it: ``native_shape(shape, pages)``, the buffer
+    as SGLang allocates it; ``view(buf, shape, pages)``, the logical (kv, L, pages, page, H, D)
+    permutation of it (no copy); ``page(buf, slot, page_size)``, one page as (kv, L, page, H, D) by
+    SGLang's native indexing (independent of ``view``, so the integrity check can prove the view);
+    ``joint_kv``: K and V of one layer's page are one contiguous piece (a direct copy moves them
+    together)."""
+
+    native_shape: Callable[[KVShape, int], tuple[int, ...]]
+    view: Callable[[torch.Tensor, KVShape, int], torch.Tensor]
+    page: Callable[[torch.Tensor, int, int], torch.Tensor]
+    joint_kv: bool = False
+
+
+#: Every layout the harness performs (``MEM_LAYOUTS``), by name.
+REPLAY_LAYOUTS: dict[str, ReplayLayout] = {
+    # (kv, L, tokens, H, D): the device's own order.
+    "layer_first": ReplayLayout(
+        lambda s, n: (s.kv_factor, s.num_layers, n * s.page_size, s.heads, s.head_dim),
+        lambda buf, s, n: buf.view(s.kv_factor, s.num_layers, n, s.page_size, s.heads, s.head_dim),
+        lambda buf, slot, p: buf[:, :, slot * p : (slot + 1) * p],
+    ),
+    # (kv, tokens, L, H, D): all layers of a token contiguous.
+    "page_first": ReplayLayout(
+        lambda s, n: (s.kv_factor, n * s.page_size, s.num_layers, s.heads, s.head_dim),
+        lambda buf, s, n: buf.view(s.kv_factor, n, s.page_size, s.num_layers, s.heads, s.head_dim).permute(
+            0, 3, 1, 2, 4, 5
+        ),
+        lambda buf, slot, p: buf[:, slot * p : (slot + 1) * p].permute(0, 2, 1, 3, 4),
+    ),
+    # (kv, pages, L, page, H, D): per-layer page chunks for direct IO.
+    "page_first_direct": ReplayLayout(
+        lambda s, n: (s.kv_factor, n, s.num_layers, s.page_size, s.heads, s.head_dim),
+        lambda buf, s, n: buf.permute(0, 2, 1, 3, 4, 5),
+        lambda buf, slot, p: buf[:, slot],
+        joint_kv=True,
+    ),
+}
+
+
 @dataclass
 class KVPools:
     """One device pool (layer-first) and one host pool (``layout``), ``*_pages`` pages each."""
@@ -174,13 +215,7 @@ class KVPools:
 
     def host_view(self) -> torch.Tensor:
         """(kv, L, pages, page, H, D) over the host buffer, a permuted view for page-first layouts."""
-        s, n = self.shape, self.host_pages
-        if self.layout == "layer_first":
-            return self.host_buf.view(s.kv_factor, s.num_layers, n, s.page_size, s.heads, s.head_dim)
-        if self.layout == "page_first":
-            v = self.host_buf.view(s.kv_factor, n, s.page_size, s.num_layers, s.heads, s.head_dim)
-            return v.permute(0, 3, 1, 2, 4, 5)
-        return self.host_buf.permute(0, 2, 1, 3, 4, 5)  # page_first_direct: (kv, pages, L, page, H, D)
+        return REPLAY_LAYOUTS[self.layout].view(self.host_buf, self.shape, self.host_pages)
 
     def host_page_native(self, slot: int) -> torch.Tensor:
         """Host page ``slot`` as (kv, L, page, H, D), read by SGLang's native indexing of the layout.
@@ -188,12 +223,7 @@ class KVPools:
         Independent of :meth:`host_view` (plain slicing of the native shape), so the integrity check
         can prove that the view, and every copy through it, puts bytes where SGLang expects them.
         """
-        p = self.shape.page_size
-        if self.layout == "layer_first":
-            return self.host_buf[:, :, slot * p : (slot + 1) * p]
-        if self.layout == "page_first":
-            return self.host_buf[:, slot * p : (slot + 1) * p].permute(0, 2, 1, 3, 4)
-        return self.host_buf[:, slot]
+        return REPLAY_LAYOUTS[self.layout].page(self.host_buf, slot, self.shape.page_size)
 
     def sglang_shapes(self) -> dict[str, tuple[int, ...]]:
         """Native buffer shapes as SGLang names them (MLA without the K/V axis)."""
@@ -202,16 +232,6 @@ class KVPools:
             return tuple(t.shape[1:]) if self.shape.kv_factor == 1 else tuple(t.shape)
 
         return {"device": squeeze(self.device_buf), "host": squeeze(self.host_buf)}
-
-
-def _native_host_shape(shape: KVShape, layout: str, pages: int) -> tuple[int, ...]:
-    s = shape
-    tokens = pages * s.page_size
-    if layout == "layer_first":
-        return (s.kv_factor, s.num_layers, tokens, s.heads, s.head_dim)
-    if layout == "page_first":
-        return (s.kv_factor, tokens, s.num_layers, s.heads, s.head_dim)
-    return (s.kv_factor, pages, s.num_layers, s.page_size, s.heads, s.head_dim)
 
 
 def pool_pages_cap(shape: KVShape, device: torch.device, max_pool_bytes: int | None = None) -> int:
@@ -244,7 +264,8 @@ def allocate_pools(
     device_buf = torch.zeros(
         (s.kv_factor, s.num_layers, n_dev * s.page_size, s.heads, s.head_dim), dtype=s.torch_dtype, device=dev
     )
-    host_buf = torch.zeros(_native_host_shape(s, layout, n_host), dtype=s.torch_dtype, pin_memory=dev.type == "cuda")
+    native = REPLAY_LAYOUTS[layout].native_shape(s, n_host)
+    host_buf = torch.zeros(native, dtype=s.torch_dtype, pin_memory=dev.type == "cuda")
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)  # zero-fill ran on the default stream; copies use side streams
     return KVPools(s, layout, dev, n_dev, n_host, device_buf, host_buf)
