@@ -16,8 +16,8 @@ from .policies import (
     HOST_EVICTION_RULES,
     HOST_MEMORY_MODES,
     PREFETCH_STOP_POLICIES,
-    HostMemoryMode,
     WRITE_POLICIES,
+    HostMemoryMode,
 )
 from .semantics import SEMANTIC_CHOICES, SEMANTIC_VALUES, SEMANTICS, Semantics, resolve_semantics
 from .stores import STORE_MODELS
