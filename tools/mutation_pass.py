@@ -36,7 +36,7 @@ class Outcome:
     package: str
     path: str
     what: str
-    status: str  # killed | killed_by_error | survived | stale
+    status: str  # killed | killed_by_error | survived | stale | not_judged (its package's tests red unmutated)
     by: str  # "package tests" | "whole suite" | ""
     seconds: float
 
@@ -73,7 +73,10 @@ def run_pass(rev: str, mutants: dict, only: set[str] | None, timeout_s: float, l
                 tests = _expand(tree, spec["tests"])
                 t0 = time.monotonic()
                 if _pytest(tree, tests, timeout_s) != 0:
-                    raise SystemExit(f"error: {package}: its tests fail unmutated at {commit[:10]}; no pass made")
+                    # a kill on a red baseline means nothing: the package's mutants are not judged
+                    log(f"{package}: its tests fail unmutated at {commit[:10]}: its mutants are not judged")
+                    outcomes += [Outcome(package, m["path"], m["what"], "not_judged", "", 0.0) for m in spec["mutants"]]
+                    continue
                 log(f"{package}: baseline green ({time.monotonic() - t0:.0f} s, {len(tests)} files)")
                 for m in spec["mutants"]:
                     outcomes.append(_one(tree, package, m, tests, timeout_s, log))
@@ -120,20 +123,20 @@ def report(commit: str, outcomes: list[Outcome], argv: list[str]) -> str:
         "`tools/mutants.yaml` applied alone to a clean checkout; its package's tests first (stop at the first",
         "failure), the whole suite for the ones they miss. Killed by error: a collection error or timeout.",
         "",
-        "| package | mutants | killed by its tests | killed by the whole suite only | survived | stale | kill rate |",
+        "| package | mutants | killed by its tests | killed by the whole suite only | survived | stale or not judged | kill rate |",
         "|---|---|---|---|---|---|---|",
     ]
     packages = list(dict.fromkeys(o.package for o in outcomes))
     for pkg in [*packages, "all"]:
         rows = [o for o in outcomes if pkg in ("all", o.package)]
-        live = [o for o in rows if o.status != "stale"]
+        live = [o for o in rows if o.status not in ("stale", "not_judged")]
         own = sum(o.status.startswith("killed") and o.by == "package tests" for o in live)
         whole = sum(o.status.startswith("killed") and o.by == "whole suite" for o in live)
         surv = sum(o.status == "survived" for o in live)
         rate = f"{(own + whole) / len(live):.0%}" if live else "-"
-        stale = len(rows) - len(live)
+        stale = len(rows) - len(live)  # stale or not judged
         lines.append(f"| {pkg} | {len(live)} | {own} | {whole} | {surv} | {stale} | {rate} |")
-    odd = [o for o in outcomes if o.status in ("survived", "stale") or o.by == "whole suite"]
+    odd = [o for o in outcomes if o.status in ("survived", "stale", "not_judged") or o.by == "whole suite"]
     if odd:
         lines += ["", "| package | mutant | file | outcome |", "|---|---|---|---|"]
         lines += [f"| {o.package} | {o.what} | `{o.path}` | {o.status} {o.by}".rstrip() + " |" for o in odd]
