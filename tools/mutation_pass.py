@@ -6,7 +6,7 @@ first failure), run the whole suite on the ones they miss, and report the kill r
 
 The checkout is a detached ``git worktree`` in a temporary folder (the working tree is never touched);
 tests import the package from it (``PYTHONPATH``). Before any mutant, each package's tests must pass
-unmutated, or the pass stops: a kill on a red baseline means nothing. A mutant whose ``old`` text is not
+unmutated, or its mutants are reported as not judged (a kill on a red baseline means nothing). A mutant whose ``old`` text is not
 found exactly once is reported as stale (the code moved on), never counted.
 """
 
