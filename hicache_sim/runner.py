@@ -17,6 +17,7 @@ from .instant import run_instant
 from .output.columns import Columns
 from .output.summary import build_summary
 from .output.write import staged_folder
+from .request_columns import instant_columns
 from .scenario import Resolved, Scenario, resolve, scenario_dump
 from .workloads.build import build_workload
 from .workloads.records import page_tokens
@@ -147,22 +148,7 @@ def run_instant_scenario(
     )
     rejected = set(out.rejected)
     # Column by column (one list per column, not a dict per request): a long trace's rows stay small.
-    names = (
-        "rid",
-        "arrival_s",
-        "input_tokens",
-        "output_tokens",
-        "prompt_tokens",
-        "prompt_pages",
-        "device_hit_pages",
-        "host_hit_pages",
-        "storage_hit_pages",
-        "device_hit_tokens",
-        "host_hit_tokens",
-        "storage_hit_tokens",
-        "status",
-        "reason",
-    )
+    names = instant_columns()  # the values below come in this order
     cols: dict[str, list] = {name: [] for name in names}
     add = [cols[name].append for name in names]
     for i, (rid, arrival, inp, outp) in enumerate(zip(*seen.values(), strict=True)):

@@ -13,45 +13,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..request_columns import REQUEST_COLUMNS
 from .columns import text_type
 
 #: Rows per row group: a 12,031-request trace is one group; a million requests are sixteen.
 BATCH_ROWS = 65536
 
-_FLOAT = (
-    "arrival_s",
-    "admit_s",
-    "first_token_s",
-    "finish_s",
-    "queue_s",
-    "prefetch_wait_s",
-    "load_wait_s",
-    "ttft_s",
-    "e2e_s",
-)
-_INT = (
-    "input_tokens",
-    "output_tokens",
-    "prompt_pages",
-    "device_hit_pages",
-    "host_hit_pages",
-    "storage_hit_pages",
-    "device_hit_tokens",
-    "host_hit_tokens",
-    "storage_hit_tokens",
-    "retractions",
-)
-
 
 def timed_request_schema() -> pa.Schema:
-    """Columns of a timed run's requests.parquet, in order (RequestRecord.as_dict, then prompt_tokens)."""
+    """Columns of a timed run's requests.parquet, in order (``request_columns.REQUEST_COLUMNS``)."""
     text = text_type()  # as pandas types str: the read-back DataFrame writes the same schema
-    fields = [pa.field("rid", text)]
-    fields += [pa.field(name, pa.float64()) for name in _FLOAT]
-    fields += [pa.field(name, pa.int64()) for name in _INT]
-    fields += [pa.field("status", text), pa.field("reason", text)]
-    fields.append(pa.field("prompt_tokens", pa.int64()))
-    return pa.schema(fields)
+    types = {"text": text, "float": pa.float64(), "int": pa.int64()}
+    return pa.schema([pa.field(name, types[kind]) for name, kind, _ in REQUEST_COLUMNS])
 
 
 class ParquetRows:
