@@ -405,3 +405,18 @@ def test_every_gpu_preset_has_an_architecture_the_triton_rule_knows():
     for arch, rows in want.items():
         assert tuple(rule.tile_rows(arch, d) for d in (64, 128, 256, 576)) == rows, arch
     assert rule.tile_rows("gfx942", 128) == 64
+
+
+def test_decode_attention_flops_count_once_the_step_is_compute_bound():
+    """A decode step is max(bytes / HBM, FLOPs / peak): with the KV reads taken out (0 bytes a token) and
+    a long context, the step is compute-bound and each cached token adds its attention FLOPs,
+    4 x layers x width, at the attention efficiency (the mutation pass found this term untested: real
+    presets decode memory-bound)."""
+    from dataclasses import replace
+
+    p = replace(ComputeParams.from_resolved(resolved()), kv_bytes_per_token=0.0)
+    m = ComputeModel(p)
+    per_token = 4.0 * p.num_layers * p.attn_width / (p.peak_flops * p.attention_mfu)
+    b, kv1, kv2 = 8, 4_000_000, 8_000_000
+    assert m.weights_read(b) / (p.hbm_Bps * p.hbm_efficiency) < per_token * kv1  # compute-bound at both points
+    assert m.decode_time(b, kv2) - m.decode_time(b, kv1) == pytest.approx(per_token * (kv2 - kv1), rel=1e-9)
