@@ -417,6 +417,6 @@ def test_decode_attention_flops_count_once_the_step_is_compute_bound():
     p = replace(ComputeParams.from_resolved(resolved()), kv_bytes_per_token=0.0)
     m = ComputeModel(p)
     per_token = 4.0 * p.num_layers * p.attn_width / (p.peak_flops * p.attention_mfu)
-    b, kv1, kv2 = 8, 4_000_000, 8_000_000
+    b, kv1, kv2 = 8, 10_000_000, 20_000_000
     assert m.weights_read(b) / (p.hbm_Bps * p.hbm_efficiency) < per_token * kv1  # compute-bound at both points
     assert m.decode_time(b, kv2) - m.decode_time(b, kv1) == pytest.approx(per_token * (kv2 - kv1), rel=1e-9)
