@@ -383,6 +383,7 @@ def _check_random_operations(config, seqs, ops):
     st.sampled_from([None, 1, 2, 3]),
     st.booleans(),
 )
+@pytest.mark.slow  # several seconds (issue 30: slow tests marked; CI still runs them)
 def test_random_request_streams_in_instant_mode(config, seqs, reqs, chunk_pages, reserve_last_token):
     """Whole request streams (match, load-back, prefetch, chunked checkpoints, finish, with every ack
     drained between requests) on the same random configurations; invariants after every request."""

@@ -201,6 +201,7 @@ def test_advise_refuses_to_size_from_a_saturated_run(tmp_path: Path):
     assert "saturated" not in r.output
 
 
+@pytest.mark.slow  # several seconds (issue 30: slow tests marked; CI still runs them)
 def test_the_readme_run_prints_what_the_readme_quotes(tmp_path):
     """The README's from-sglang flow (the Mooncake conversation trace at its own rate on one H200): the
     summary line and the saturation warning the README quotes are what ``run`` prints."""

@@ -125,6 +125,7 @@ def resume(args: list[str], kept: int, total: int) -> None:
     assert f"{total} points ({total - kept} run, {kept} already done)" in r.stdout, r.stdout
 
 
+@pytest.mark.slow  # several seconds (issue 30: slow tests marked; CI still runs them)
 def test_ctrl_c_stops_a_local_sweep_and_the_printed_command_resumes_it(tmp_path):
     sc = tmp_path / "sweep.yaml"
     total = 2 * len(RATIOS)
@@ -141,6 +142,7 @@ def test_ctrl_c_stops_a_local_sweep_and_the_printed_command_resumes_it(tmp_path)
     resume(again, kept, total)
 
 
+@pytest.mark.slow  # several seconds (issue 30: slow tests marked; CI still runs them)
 def test_ctrl_c_stops_advise_and_the_printed_command_finishes_it(tmp_path):
     """advise's instant sweep (8 host sizes x its policies and rules): the same promises; the rerun reuses
     the kept points (their files untouched) and writes the advice."""
@@ -170,6 +172,7 @@ def test_ctrl_c_stops_advise_and_the_printed_command_finishes_it(tmp_path):
     assert {f: f.stat().st_mtime_ns for f in stamps} == stamps  # reused, not computed again
 
 
+@pytest.mark.slow  # several seconds (issue 30: slow tests marked; CI still runs them)
 def test_ctrl_c_stops_a_dask_sweep_and_cancels_its_tasks(tmp_path):
     distributed = pytest.importorskip("dask.distributed")
     sc = tmp_path / "sweep.yaml"
