@@ -130,6 +130,18 @@ def test_pipeline_decode_keeps_the_per_token_latency_and_splits_the_kv_reads():
     assert pp4.decode_time(b, kv) < one.decode_time(b, kv)
 
 
+def test_a_pipeline_decode_step_pays_the_scheduler_overhead_per_micro_batch():
+    """Under PP the scheduler runs one pass per decode micro-batch: ``min(pp, batch)`` overheads a step
+    (one for a single request), the same charge the engine makes (the mutation pass found a single
+    overhead per step surviving)."""
+    pp4 = ComputeModel.from_resolved(resolved(hardware={"pp": 4, "step_overhead_us": 200.0, **ROOFLINE}))
+    over = pp4.step_overhead_s
+    assert over == pytest.approx(200e-6)
+    assert pp4.decode_step_s(64, 64 * 4000) == pytest.approx(4 * over + pp4.decode_time(64, 64 * 4000), rel=1e-12)
+    assert pp4.decode_step_s(2, 8000) == pytest.approx(2 * over + pp4.decode_time(2, 8000), rel=1e-12)
+    assert pp4.decode_step_s(1, 4000) == pytest.approx(over + pp4.decode_time(1, 4000), rel=1e-12)
+
+
 def test_overrides_replace_fields_and_reject_unknown_ones(params):
     m = ComputeModel(params.with_overrides(linear_mfu=params.linear_mfu / 2, attention_mfu=params.attention_mfu / 2))
     assert m.prefill_time([(8192, 0)]) == pytest.approx(2 * ComputeModel(params).prefill_time([(8192, 0)]))

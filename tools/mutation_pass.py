@@ -119,7 +119,7 @@ def report(commit: str, outcomes: list[Outcome], argv: list[str]) -> str:
     lines = [
         "# Mutation pass",
         "",
-        f"Made by `{COMMAND} {' '.join(argv)}`".rstrip() + f" at commit {commit[:10]}: each mutant of",
+        f"Made by `{' '.join([COMMAND, *argv])}` at commit {commit[:10]}: each mutant of",
         "`tools/mutants.yaml` applied alone to a clean checkout; its package's tests first (stop at the first",
         "failure), the whole suite for the ones they miss. Killed by error: a collection error or timeout.",
         "",
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     commit, outcomes = run_pass(args.rev, mutants, only, args.timeout, lambda s: print(s, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.md").write_text(report(commit, outcomes, argv), encoding="utf-8")
-    command = f"{COMMAND} {' '.join(argv)}".rstrip()
+    command = " ".join([COMMAND, *argv])
     payload = {"commit": commit, "command": command, "mutants": [asdict(o) for o in outcomes]}
     (args.out / "report.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out / 'report.md'}")
