@@ -6,8 +6,8 @@ first failure), run the whole suite on the ones they miss, and report the kill r
 
 The checkout is a detached ``git worktree`` in a temporary folder (the working tree is never touched);
 tests import the package from it (``PYTHONPATH``). Before any mutant, each package's tests must pass
-unmutated, or its mutants are reported as not judged (a kill on a red baseline means nothing). A mutant whose ``old`` text is not
-found exactly once is reported as stale (the code moved on), never counted.
+unmutated, or its mutants are reported as not judged (a kill on a red baseline means nothing). A mutant
+whose ``old`` text is not found exactly once is reported as stale (the code moved on), never counted.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def report(commit: str, outcomes: list[Outcome], argv: list[str]) -> str:
         "`tools/mutants.yaml` applied alone to a clean checkout; its package's tests first (stop at the first",
         "failure), the whole suite for the ones they miss. Killed by error: a collection error or timeout.",
         "",
-        "| package | mutants | killed by its tests | killed by the whole suite only | survived | stale or not judged | kill rate |",
+        "| package | mutants | killed by its tests | killed by the whole suite only | survived "
+        "| stale or not judged | kill rate |",
         "|---|---|---|---|---|---|---|",
     ]
     packages = list(dict.fromkeys(o.package for o in outcomes))
