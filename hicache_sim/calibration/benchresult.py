@@ -70,9 +70,11 @@ _SERVING_STAT = re.compile(r"^(Mean|Median|P90|P95|P99|Max) (TTFT|TPOT|ITL|E2E L
 _LABEL = re.compile(r"^([A-Za-z][^:]*):\s*(\S+)")
 SERVING_HEAD = "Serving Benchmark Result"
 
-#: bench_multiturn's summary keys (seconds; rates per second).
-MULTITURN_KEYS = (
+#: bench_multiturn's summary keys (its later form), in its order (seconds; rates per second): what its
+#: --log-file writes (``output/benchjson.py`` writes the same) and what this reader takes.
+MULTITURN_SUMMARY = (
     "total_requests",
+    "request_rate",
     "average_ttft",
     "median_ttft",
     "p90_ttft",
@@ -93,6 +95,8 @@ MULTITURN_KEYS = (
     "throughput",
     "cache_hit_rate",
 )
+#: The summary's figures (its request rate is a setting of the run, read apart).
+MULTITURN_KEYS = tuple(k for k in MULTITURN_SUMMARY if k != "request_rate")
 _MT_STAT = re.compile(r"^(Average|Median|P90|P99|Max) (TTFT|latency|ITL):\s*(\S+)", re.IGNORECASE)
 _MT_LABELS = {
     "Total requests": "total_requests",

@@ -25,6 +25,7 @@ import json
 import numpy as np
 
 from ..calibration.benchfit import multiturn_figures, serving_figures
+from ..calibration.benchresult import MULTITURN_SUMMARY
 from .columns import Columns
 
 SERVING_FILE = "bench_serving.jsonl"
@@ -32,30 +33,6 @@ MULTITURN_FILE = "bench_multiturn.jsonl"
 BACKEND = "hicache-sim"
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
 SERIES = ("e2e_latency", "ttft", "tpot", "itl")
-#: bench_multiturn's summary keys (its later form), in its order.
-MULTITURN_SUMMARY = (
-    "total_requests",
-    "request_rate",
-    "average_ttft",
-    "median_ttft",
-    "p90_ttft",
-    "p99_ttft",
-    "max_ttft",
-    "average_latency",
-    "median_latency",
-    "p90_latency",
-    "p99_latency",
-    "max_latency",
-    "average_itl",
-    "median_itl",
-    "p90_itl",
-    "p99_itl",
-    "max_itl",
-    "input_token_throughput",
-    "output_token_throughput",
-    "throughput",
-    "cache_hit_rate",
-)
 
 
 def bench_files(scenario, rows: Columns, warmup_requests: int) -> dict[str, str]:
