@@ -42,7 +42,7 @@ from .compute import StepTimeModel
 from .events import Inbox
 from .metrics import RequestRecord
 from .requests import SimRequest
-from .world import SimulationError, TimedResult, World
+from .world import RequestLedger, SimulationError, TimedResult, World
 
 
 class RankWorld(World):
@@ -78,7 +78,7 @@ class DPResult:
     row_ranks: list[int] = field(default_factory=list)
 
 
-class DPWorld:
+class DPWorld(RequestLedger):
     """The controller and its ranks on one clock (see module docstring)."""
 
     def __init__(
@@ -118,14 +118,9 @@ class DPWorld:
         n = len(workload.requests)
         if not rids_known_unique(workload.requests) and len({r.rid for r in workload.requests}) != n:
             raise SimulationError("request ids are not unique in the workload")
-        self.records: list[RequestRecord | None] = [None] * n
+        self._init_ledger(n, on_row)
         self.rank_of: list[int] = [-1] * n
-        self.rows: list[dict] = []
         self.row_ranks: list[int] = []
-        self.on_row = on_row if on_row is not None else self.rows.append
-        self._emitted = 0
-        self.n_arrived = self.n_finished = self.n_rejected = self.n_done = 0
-        self.no_reason: list[str] = []
         self.per_rank = [0] * n_ranks
         self.arrivals = arrivals_for(env, workload, self._deliver)
 
@@ -166,32 +161,10 @@ class DPWorld:
             rank.scheduler.submit(r)
 
     def _done(self, rank: int, r: SimRequest) -> None:
-        self.n_done += 1
-        rec = r.rec
-        if rec.status == "finished":
-            self.n_finished += 1
-        elif rec.status == "rejected":
-            self.n_rejected += 1
-            if not rec.reason:
-                self.no_reason.append(rec.req.rid)
-        self._emit()
-        if self.progress is not None:
-            self.progress(self.n_done)
-        self.arrivals.on_done(r.req)
+        self._complete(r)
 
-    def _emit(self) -> None:
-        """Hand on the rows of the done requests no earlier request (workload order) waits for."""
-        recs = self.records
-        k = self._emitted
-        while k < len(recs):
-            rec = recs[k]
-            if rec is None or rec.status not in ("finished", "rejected"):
-                break
-            self.on_row(rec.as_dict(self.page))
-            self.row_ranks.append(self.rank_of[k])
-            recs[k] = None
-            k += 1
-        self._emitted = k
+    def _row_emitted(self, k: int) -> None:
+        self.row_ranks.append(self.rank_of[k])
 
     # -------------------------------------------------------------------------------- run
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
@@ -53,7 +54,63 @@ class TimedResult:
         return self.transfer_log.records()
 
 
-class World:
+class RequestLedger:
+    """The requests of one run as they finish: counts (done, finished, rejected, rejected without a
+    reason), and each done request's row handed to ``on_row`` once no earlier request (workload order)
+    waits for it, its record then dropped. Shared by the one-engine world and the data-parallel front."""
+
+    page: int
+    progress: Callable[[int], None] | None
+    arrivals: Any
+
+    def _init_ledger(self, n: int, on_row: Callable[[dict], None] | None) -> None:
+        # A record lives from its arrival until it and every request before it in workload order are
+        # done; then its row goes to ``on_row`` (or the kept list) and the record is dropped. Memory
+        # holds the requests in flight, not the run.
+        self.records: list[RequestRecord | None] = [None] * n
+        self.rows: list[dict] = []
+        self.on_row = on_row if on_row is not None else self.rows.append
+        self._emitted = 0
+        self.n_arrived = 0
+        self.n_finished = 0
+        self.n_rejected = 0
+        self.no_reason: list[str] = []
+        self.n_done = 0
+
+    def _complete(self, r: SimRequest) -> None:
+        """``r`` is done (finished or rejected): count it, hand on the rows it unblocks, tell the sender."""
+        self.n_done += 1
+        rec = r.rec
+        if rec.status == "finished":
+            self.n_finished += 1
+        elif rec.status == "rejected":
+            self.n_rejected += 1
+            if not rec.reason:
+                self.no_reason.append(rec.req.rid)
+        self._emit()
+        if self.progress is not None:
+            self.progress(self.n_done)
+        self.arrivals.on_done(r.req)
+
+    def _emit(self) -> None:
+        """Hand on the rows of the done requests that no earlier request (workload order) waits for."""
+        recs = self.records
+        k = self._emitted
+        while k < len(recs):
+            rec = recs[k]
+            if rec is None or rec.status not in ("finished", "rejected"):
+                break
+            self.on_row(rec.as_dict(self.page))
+            self._row_emitted(k)
+            recs[k] = None
+            k += 1
+        self._emitted = k
+
+    def _row_emitted(self, k: int) -> None:
+        """Called after request ``k``'s row is handed on (the data-parallel front records its rank)."""
+
+
+class World(RequestLedger):
     """Wiring of one timed simulation (see module docstring)."""
 
     def __init__(
@@ -121,18 +178,7 @@ class World:
         n = len(workload.requests)
         if not rids_known_unique(workload.requests) and len({r.rid for r in workload.requests}) != n:
             raise SimulationError("request ids are not unique in the workload")
-        # A record lives from its arrival until it and every request before it in workload order are
-        # done; then its row goes to ``on_row`` (or the kept list) and the record is dropped. Memory
-        # holds the requests in flight, not the run.
-        self.records: list[RequestRecord | None] = [None] * n
-        self.rows: list[dict] = []
-        self.on_row = on_row if on_row is not None else self.rows.append
-        self._emitted = 0
-        self.n_arrived = 0
-        self.n_finished = 0
-        self.n_rejected = 0
-        self.no_reason: list[str] = []
-        self.n_done = 0
+        self._init_ledger(n, on_row)
         self.events = 0
         self.timeseries = TimeSeries(
             cfg.timeseries_interval_s,
@@ -184,31 +230,7 @@ class World:
         return ""
 
     def _done(self, r: SimRequest) -> None:
-        self.n_done += 1
-        rec = r.rec
-        if rec.status == "finished":
-            self.n_finished += 1
-        elif rec.status == "rejected":
-            self.n_rejected += 1
-            if not rec.reason:
-                self.no_reason.append(rec.req.rid)
-        self._emit()
-        if self.progress is not None:
-            self.progress(self.n_done)
-        self.arrivals.on_done(r.req)
-
-    def _emit(self) -> None:
-        """Hand on the rows of the done requests that no earlier request (workload order) waits for."""
-        recs = self.records
-        k = self._emitted
-        while k < len(recs):
-            rec = recs[k]
-            if rec is None or rec.status not in ("finished", "rejected"):
-                break
-            self.on_row(rec.as_dict(self.page))
-            recs[k] = None
-            k += 1
-        self._emitted = k
+        self._complete(r)
 
     # -------------------------------------------------------------------------------- run
 
