@@ -1,5 +1,5 @@
 """``hicache-sim``: run | sweep | advise | plot | validate | replay | calibrate | validate-model |
-from-sglang | sglang-args | drift | trace.
+from-sglang | sglang-args | drift | trace | presets.
 
 One module per verb; each registers itself on ``app``. Only this layer exits.
 """
@@ -61,6 +61,7 @@ from . import (  # noqa: E402,F401
     calibrate,
     drift,
     plot,
+    presets,
     replay,
     run,
     sglang,

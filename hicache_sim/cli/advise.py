@@ -11,6 +11,7 @@ import typer
 
 from . import app
 from .common import UserError, output_errors, progress_bar, user_errors
+from .nodememory import NODE_MEMORY_HELP, node_memory_option
 
 
 def _sizes(text: str | None) -> list[int] | None:
@@ -47,6 +48,7 @@ def advise(
         None, "--out", metavar="DIR", help="advice folder (default: results/<name>-advise); resumes its sweeps"
     ),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a key of the scenario"),
+    node_memory: str | None = typer.Option(None, "--node-memory", metavar="GIB|NODE|local", help=NODE_MEMORY_HELP),
     workers: int = typer.Option(max(1, os.cpu_count() or 1), "--workers", help="local worker processes"),
     instant_only: bool = typer.Option(False, "--instant-only", help="no timed runs (no TTFT; hit-rate target only)"),
 ) -> None:
@@ -70,8 +72,16 @@ def advise(
             target = check_target_args(target_hit_rate, target_ttft_p99, host_budget_gb)
             if instant_only and target.kind.timed:
                 raise UserError("--target-ttft-p99 needs timed runs; drop --instant-only")
+            given = node_memory_option(node_memory)
+            # a preset stays its name; local is the figure read now, which the recorded command repeats
+            node_value = None if given is None else given.node.name if given.node else repr(given.gib)
+            if given is not None and not given.source:
+                node_value = node_memory.strip()
+            sets = [*set_, *([] if node_value is None else [f"hardware.host_memory_gib={node_value}"])]
             data = load_scenario_data(scenario)
-            st = setup(data, scenario, list(set_), host_budget_gb, _sizes(host_sizes_gb))
+            st = setup(data, scenario, list(sets), host_budget_gb, _sizes(host_sizes_gb))
+            if given is not None and given.source:
+                typer.echo(f"note: node memory {given.source}", err=True)
             if instant_only and st.host_mode.stages:
                 raise UserError(
                     f"--instant-only: a {st.host_mode.name} host is sized on timed runs (instant mode finishes "
@@ -94,7 +104,7 @@ def advise(
                         folder,
                         target,
                         st,
-                        set_args=list(set_),
+                        set_args=list(sets),
                         workers=workers,
                         base_dir=base_dir,
                         instant_only=instant_only,
@@ -120,7 +130,7 @@ def advise(
                         point = point_of(a.chosen, [SIZE, POLICY, RULE]).as_set_args()
                         store = f"cache.storage_backend={json.dumps(backend)}"
                         l3 = store_pair(
-                            st.base, scenario, [*set_, *point, store], base_dir=base_dir, folder=folder, workers=workers
+                            st.base, scenario, [*sets, *point, store], base_dir=base_dir, folder=folder, workers=workers
                         )
                 except KeyboardInterrupt as e:
                     raise interrupted(ctx, "advise", scenario, folder, shown, e) from None
@@ -129,6 +139,7 @@ def advise(
             ("--target-ttft-p99", target_ttft_p99),
             ("--host-budget-gb", host_budget_gb),
             ("--host-sizes-gb", host_sizes_gb),
+            ("--node-memory", node_value),
             ("--out", None if out is None else str(out)),
             *(("--set", s) for s in set_),
         ]

@@ -11,6 +11,7 @@ import typer
 
 from . import app
 from .common import UserError, output_errors, user_errors
+from .nodememory import NODE_MEMORY_HELP, node_memory_option
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -61,18 +62,13 @@ def from_sglang(
     ),
     name: str = typer.Option("from_sglang", "--name", metavar="NAME", help="scenario name"),
     mode: str = typer.Option("timed", "--mode", metavar="MODE", help="timed or instant"),
-    node_memory: float | None = typer.Option(
-        None,
-        "--node-memory",
-        metavar="GIB",
-        help="host memory of one node available to SGLang, GiB (hardware.host_memory_gib): the host pools "
-        "of every rank on the node are checked against it",
-    ),
+    node_memory: str | None = typer.Option(None, "--node-memory", metavar="GIB|NODE|local", help=NODE_MEMORY_HELP),
 ) -> None:
     """Write the scenario an SGLang launch command runs: HiCache flags, page size, chunked prefill,
     batch limits, memory fraction, tp/pp, eviction and schedule policies, and the model. Flags SGLang
     takes that the simulator does not model are listed in one warning; a flag SGLang does not know
     is an error. Flags not given take SGLang's defaults."""
+    from ..scenario.resolve import sglang_ranks_per_host
     from ..sglang import from_command, scenario_yaml
 
     with user_errors("from-sglang"):
@@ -80,11 +76,15 @@ def from_sglang(
             raise UserError(f"--mode {mode}: expected timed or instant")
         if out is not None:
             _check_out(out)
-        if node_memory is not None and not 0 < node_memory < float("inf"):
-            raise UserError(f"--node-memory: expected GiB > 0, got {node_memory:g}")
-        conv = from_command(command, gpu=gpu, preset=preset, name=name, mode=mode, node_memory_gib=node_memory)
+        given = node_memory_option(node_memory)  # a preset stays a name in the scenario; local is read now
+        node_value = None if given is None else given.node.name if given.node else given.gib
+        conv = from_command(command, gpu=gpu, preset=preset, name=name, mode=mode, node_memory_gib=node_value)
         text = scenario_yaml(conv, command)
-    for note in conv.notes:
+    hw = conv.scenario.hardware
+    mismatches = [] if given is None else given.mismatches(hw.gpu, sglang_ranks_per_host(hw) * hw.dp)
+    if given is not None and given.source:
+        typer.echo(f"note: node memory {given.source}", err=True)
+    for note in [*conv.notes, *mismatches]:
         typer.echo(f"warning: {note}", err=True)
     if conv.env:
         typer.echo(f"warning: environment not modelled: {' '.join(conv.env)}", err=True)

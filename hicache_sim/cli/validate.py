@@ -8,6 +8,7 @@ import typer
 
 from . import app
 from .common import user_errors
+from .nodememory import NODE_MEMORY_HELP, node_memory_option
 
 if TYPE_CHECKING:
     from ..core import CacheConfig
@@ -17,24 +18,16 @@ if TYPE_CHECKING:
 def validate(
     scenario: str = typer.Argument(..., metavar="SCENARIO", help="scenario YAML or builtin:NAME"),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a key (repeatable)"),
-    node_memory: float | None = typer.Option(
-        None,
-        "--node-memory",
-        metavar="GIB",
-        help="host memory of one node available to SGLang, GiB (sets hardware.host_memory_gib): the host "
-        "pools of every rank on the node are checked against it",
-    ),
+    node_memory: str | None = typer.Option(None, "--node-memory", metavar="GIB|NODE|local", help=NODE_MEMORY_HELP),
 ) -> None:
     """Check SCENARIO against the schema and resolve its sizes; print them, and what the node pins."""
     from ..scenario import load_scenario, resolve
-    from ..scenario.preflight import node_check
-    from .common import UserError
+    from ..scenario.preflight import node_check, node_ranks
 
     with user_errors(scenario):
-        if node_memory is not None:
-            if not 0 < node_memory < float("inf"):
-                raise UserError(f"--node-memory: expected GiB > 0, got {node_memory:g}")
-            set_ = [*set_, f"hardware.host_memory_gib={node_memory!r}"]
+        given = node_memory_option(node_memory)
+        if given is not None:
+            set_ = [*set_, f"hardware.host_memory_gib={given.gib!r}"]
         sc = load_scenario(scenario, set_)
         r = resolve(sc)
         node = node_check(r)
@@ -67,7 +60,10 @@ def validate(
         typer.echo(f"  {dp_line(r)}")
     for line in node.lines():
         typer.echo(f"  {line}")
-    for w in [*r.warnings, *node.warnings()]:
+    if given is not None and given.source:
+        typer.echo(f"  node memory {given.source}")
+    mismatches = [] if given is None else given.mismatches(sc.hardware.gpu, node_ranks(r))
+    for w in [*r.warnings, *node.warnings(), *mismatches]:
         typer.echo(f"warning: {w}", err=True)
 
 

@@ -32,6 +32,7 @@ from ..core.semantics import (
 from ..core.stores import STORE_MODELS, knob_readers
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
 from ..hardware.hfconfig import config_path, model_from_config
+from ..hardware.nodes import parse_node_memory
 from ..hardware.presets import (
     GPUS,
     HOST_LAYOUTS,
@@ -329,8 +330,9 @@ class HardwareSpec(_Strict):
         None,
         gt=0,
         description="host memory the engine may use (what SGLang reads: available RAM within the cgroup "
-        "limit), GiB; with it SGLang's default host ratio shrinks until every rank's host pool fits "
-        "(cache.host_memory_fraction); default: not modelled, the default ratio is kept",
+        "limit), GiB, or a node preset name (p5.48xlarge, dgx-h100, ...: its installed memory, an upper "
+        "bound; hardware/nodes.py); with it SGLang's default host ratio shrinks until every rank's host pool "
+        "fits (cache.host_memory_fraction); default: not modelled, the default ratio is kept",
     )
     mfu: float | None = Field(None, gt=0, le=1, description="shorthand: sets linear_mfu and attention_mfu both")
     linear_mfu: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s the linear layers reach")
@@ -426,6 +428,12 @@ class HardwareSpec(_Strict):
     @classmethod
     def _method_known(cls, v: str) -> str:
         return ROUTERS.canonical(check_method(v))
+
+    @field_validator("host_memory_gib", mode="before")
+    @classmethod
+    def _node_preset_as_gib(cls, v: Any) -> Any:
+        """A node preset's name stands for its installed memory; numbers go on to the GiB checks."""
+        return parse_node_memory(v).gib if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _dp_layout(self) -> HardwareSpec:

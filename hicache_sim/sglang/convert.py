@@ -64,11 +64,12 @@ def from_command(
     preset: str | None = None,
     name: str = "from_sglang",
     mode: str = "timed",
-    node_memory_gib: float | None = None,
+    node_memory_gib: float | str | None = None,
 ) -> Conversion:
     """Read a launch command into a scenario. Flags SGLang does not know raise SglangArgsError; flags it
     knows that the simulator does not model are listed in ``unmodelled``. ``node_memory_gib``: the host
-    memory of one node (``hardware.host_memory_gib``), which the node's host pools are checked against."""
+    memory of one node (``hardware.host_memory_gib``: GiB, or a node preset's name, kept as the name in
+    the scenario), which the node's host pools are checked against."""
     if gpu not in GPUS:
         raise SglangArgsError(f"--gpu {gpu}: unknown GPU preset; known: {', '.join(GPUS.names())}")
     parsed = parse_command(argv)
