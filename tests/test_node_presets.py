@@ -13,7 +13,7 @@ from conftest import assert_user_error, invoke
 
 from hicache_sim.hardware import local_memory
 from hicache_sim.hardware.local_memory import read_local_memory
-from hicache_sim.hardware.nodes import MEMORY_UNITS, NODES, node_preset
+from hicache_sim.hardware.nodes import MEMORY_UNITS, NODES, aliases, node_preset
 from hicache_sim.hardware.presets import GPUS
 from hicache_sim.scenario import build_scenario, resolve
 from hicache_sim.scenario.preflight import node_check
@@ -310,3 +310,24 @@ def test_presets_lists_every_node():
     for name in NODES.names():
         assert re.search(rf"^{re.escape(name)}: ", r.output, flags=re.M), name
     assert_user_error(invoke("presets", "racks"), "presets racks", "nodes, gpus, models")
+
+
+def test_every_node_preset_has_its_documented_row():
+    """docs/reference/hardware-and-models.md's node table carries each preset's figure, unit, GPUs and
+    other names."""
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "reference" / "hardware-and-models.md"
+    rows = {}
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.strip().startswith("| `") and len(cells) == 5:
+            rows[cells[0].strip("`")] = cells
+    for name in NODES.names():
+        n = NODES.get(name)
+        assert name in rows, f"{name}: no row in {doc.name}'s node table"
+        _, also, installed, gpus, source = rows[name]
+        assert installed == f"{n.memory:g} {n.unit}", name
+        assert gpus == f"{n.gpus} x {n.gpu}", name
+        assert re.findall(r"`([^`]+)`", also) == aliases(name), name
+        assert len(source) > 10, name
