@@ -16,9 +16,17 @@ Parameters are counted from the dimensions (SGLang loads the weights; it never c
 embeddings, LM head unless tied, per layer attention (MHA/GQA: q, k, v, o; MLA: the q low-rank pair or
 q, the kv low-rank pair, o), norms, and the MLP: dense ``3 x hidden x intermediate``, a MoE layer's
 routed experts, router and shared experts. Biases are left out (a few millionths of the total). The
-multi-token-prediction layers a checkpoint may carry (``num_nextn_predict_layers``) are not loaded
-without speculative decoding, and are not counted. Weight bytes are parameters x the dtype's bytes, the
-rule the presets use (an fp8 checkpoint's bf16 embeddings and fp32 block scales are not told apart).
+multi-token-prediction layers a checkpoint may carry (``num_nextn_predict_layers``, kept as
+``nextn_layers``) are not loaded without speculative decoding, and are not counted. Weight bytes are
+parameters x the dtype's bytes, the rule the presets use (an fp8 checkpoint's bf16 embeddings and fp32
+block scales are not told apart).
+
+A speculative draft's config.json (``--speculative-draft-model-path``) is read by ``draft_from_config``
+for what its KV pools need: its KV layers (SGLang's ``eagle_draft_num_layers``: the draft's
+``num_nextn_predict_layers`` when it has the key, else its ``num_hidden_layers``;
+``model_executor/model_runner_components/spec_aux_hidden_state.py`` ``_resolve_eagle_aux_hidden_state``),
+whether it is an MTP head (the key non-zero: HiCache packs its layers into the target's host pool), and
+its attention shape, read as for a target.
 
 Refused, one line naming the file and key: a missing or malformed key, an architecture SGLang 0.5.23
 does not load (``data/sglang/architectures-0.5.23.json``), a quantisation other than fp8, and the
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -63,6 +72,8 @@ CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_l
 CONTEXT_DEFAULT = 2048
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp16", None: "fp16"}
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+# The multi-token-prediction layers a checkpoint carries (SGLang ModelConfig.num_nextn_predict_layers).
+NEXTN_KEY = "num_nextn_predict_layers"
 
 
 class ModelConfigError(ValueError):
@@ -291,6 +302,7 @@ def model_from_config(path: str, name: str | None = None) -> ModelPreset:
     active = total - moe.get("routed_all", 0.0) + moe["routed"]
     file = Path(shown).resolve()
     label = name or (file.parent.name if file.name == "config.json" else file.stem) or "config"
+    nextn = r.get(NEXTN_KEY)
     return ModelPreset(
         name=label,
         num_layers=layers,
@@ -300,6 +312,47 @@ def model_from_config(path: str, name: str | None = None) -> ModelPreset:
         weights_dtype=weights_dtype(r),
         hidden_size=hidden,
         context_len=context_length(r),
+        nextn_layers=0 if nextn is None else r.int(NEXTN_KEY, low=0),
         **att,
         **moe["fields"],
+    )
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """What a speculative draft's config.json gives its KV pools: the KV layers SGLang charges, whether it
+    is an MTP head (``num_nextn_predict_layers`` present), and one layer's attention shape."""
+
+    path: str
+    architecture: str
+    layers: int
+    mtp: bool
+    attention: str
+    num_kv_heads: int
+    head_dim: int
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+
+
+def draft_from_config(path: str) -> DraftConfig:
+    """A draft checkpoint's config.json (or the folder holding it), read as SGLang 0.5.23 reads a draft for
+    its KV pools. Raises ModelConfigError naming the file and key."""
+    data = _open(path)
+    shown = str(Path(path) / "config.json") if Path(path).is_dir() else path
+    r = _reader(shown, data)
+    arch = data["architectures"][0]
+    heads, hidden = r.int("num_attention_heads"), r.int("hidden_size")
+    att = _attention(r, arch, hidden, heads)
+    nextn = r.get(NEXTN_KEY)
+    layers = r.int(NEXTN_KEY, low=0) if nextn is not None else r.int("num_hidden_layers")
+    return DraftConfig(
+        path=str(Path(shown).resolve()),
+        architecture=arch,
+        layers=layers,
+        mtp=bool(nextn),  # SGLang packs a draft whose num_nextn_predict_layers is truthy
+        attention=att["attention"],
+        num_kv_heads=att["num_kv_heads"],
+        head_dim=att["head_dim"],
+        kv_lora_rank=att.get("kv_lora_rank", 0),
+        qk_rope_head_dim=att.get("qk_rope_head_dim", 0),
     )

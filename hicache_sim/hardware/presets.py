@@ -38,7 +38,10 @@ class ModelPreset:
     ``context_len``: the checkpoint's ``max_position_embeddings`` (0: unknown), which SGLang's default
     ``--max-running-requests`` is derived from. ``index_head_dim``: DeepSeek sparse attention's indexer
     key width (config.json ``index_head_dim``; 0: no indexer), whose per-token keys SGLang keeps in a
-    pool beside the KV pool, mirrored on the host by HiCache.
+    pool beside the KV pool, mirrored on the host by HiCache. ``nextn_layers``: the multi-token-prediction
+    layers the checkpoint carries (config.json ``num_nextn_predict_layers``; 0: none), the draft SGLang
+    runs for ``--speculative-algorithm NEXTN`` / ``EAGLE`` without a draft model path
+    (:mod:`hicache_sim.hardware.speculative`); not loaded, and not counted, without one.
     """
 
     name: str
@@ -60,6 +63,7 @@ class ModelPreset:
     dense_layers: int = 0
     context_len: int = 0
     index_head_dim: int = 0
+    nextn_layers: int = 0
 
     @property
     def hidden(self) -> int:
@@ -100,6 +104,7 @@ _DEEPSEEK_V3 = ModelPreset(
     dense_layers=3,
     weights_dtype="fp8",
     context_len=163840,  # max_position_embeddings
+    nextn_layers=1,  # num_nextn_predict_layers: one MTP layer
 )
 # context_len: each checkpoint's config.json max_position_embeddings (what SGLang derives the default
 # --max-running-requests from).

@@ -19,6 +19,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 # Scenario keys that name an input file, wherever they sit in the scenario.
 FILE_KEYS = ("path", "lengths_from", "calibration")
+# Keys naming a checkpoint's config.json (the target's, the speculative draft's): read through config_path.
+CONFIG_KEYS = ("model.config", "model.speculative.config")
 # Scenario keys that change nothing computed (text for people, and the grid itself).
 NOT_COMPUTED = ("description", "sweep")
 
@@ -67,7 +69,7 @@ def input_files(dump: dict, base_dir: str | Path | None) -> dict[str, str]:
         if isinstance(node, dict):
             for k, v in node.items():
                 key = f"{prefix}{k}"
-                if key == "model.config" and isinstance(v, str):  # a checkpoint's config.json
+                if key in CONFIG_KEYS and isinstance(v, str):  # a checkpoint's config.json
                     p = Path(config_path(v))
                     p = p / "config.json" if p.is_dir() else p
                     found[key] = file_digest(p) if p.is_file() else "missing"

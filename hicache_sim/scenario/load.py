@@ -121,6 +121,9 @@ def _model_config_beside(data: dict, folder: Path) -> None:
     model = data.get("model")
     if isinstance(model, dict) and "config" in model:
         model["config"] = _beside(model["config"], folder)
+    spec = model.get("speculative") if isinstance(model, dict) else None
+    if isinstance(spec, dict) and "config" in spec:  # the speculative draft's config.json
+        spec["config"] = _beside(spec["config"], folder)
     sweep = data.get("sweep")
     if isinstance(sweep, dict) and isinstance(sweep.get("model.config"), list):
         sweep["model.config"] = [_beside(v, folder) for v in sweep["model.config"]]

@@ -60,10 +60,16 @@ def _indexer_host_bytes(r: Resolved, host_tokens: int) -> int:
     return (host_tokens + page + 1) // page * page * per_token
 
 
-#: Host pools beside the KV pool, by name. The speculative draft pool SGLang also mirrors is not here:
-#: the simulator models no draft model.
+def _draft_host_bytes(r: Resolved, host_tokens: int) -> int:
+    """Speculative decoding's draft host pool, one slot per KV host slot (``hardware/speculative.py``); an
+    MTP draft has none: SGLang packs its layers into the KV pool's rows (``rank_pools``)."""
+    return host_tokens * r.draft.own_pool_bpt
+
+
+#: Host pools beside the KV pool, by name.
 SIDE_POOLS: Registry[SidePool] = Registry("host side pool", "pool")
 SIDE_POOLS.add("DSA indexer", SidePool("DSA indexer", _indexer_host_bytes))
+SIDE_POOLS.add("draft", SidePool("draft", _draft_host_bytes))
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,8 @@ def rank_pools(r: Resolved, host_tokens: int | None = None) -> tuple[HostPool, .
     """One rank's host pools (the KV pool, then each side pool the model has) for a KV host pool of
     ``host_tokens`` (default: the scenario's)."""
     tokens = r.host_tokens if host_tokens is None else host_tokens
-    pools = [HostPool("KV", tokens * r.bytes_per_token)]
+    packed = r.draft.packed_bpt  # an MTP draft's layers ride in the KV pool's rows: one pool, checked as one
+    pools = [HostPool("KV+MTP draft" if packed else "KV", tokens * (r.bytes_per_token + packed))]
     for name in SIDE_POOLS.names():
         b = SIDE_POOLS.get(name).bytes_per_rank(r, tokens)
         if b:
@@ -222,9 +229,8 @@ def auto_sized_ratio(r: Resolved, fraction: float | None = None) -> float:
     if fraction is not None:
         sc = sc.model_copy(update={"cache": sc.cache.model_copy(update={"host_memory_fraction": fraction})})
     try:
-        return default_host_ratio(
-            sc, r.device_tokens, r.bytes_per_token, [], indexer_bytes_per_token(r.model, r.stage_layers)
-        )
+        side = indexer_bytes_per_token(r.model, r.stage_layers) + r.draft.host_bpt
+        return default_host_ratio(sc, r.device_tokens, r.bytes_per_token, [], side)
     except ConfigError:
         return 0.0
 
@@ -240,7 +246,8 @@ def largest_host_gb(r: Resolved) -> int | None:
     ranks = node_ranks(r)
     gb = max(0, free // ranks // 10**9)
     while gb > 0:
-        tokens = host_pool_tokens(0, page, host_size_gb=gb, bytes_per_token=r.bytes_per_token).host_tokens
+        row = r.bytes_per_token + r.draft.packed_bpt  # what one GB buys: a packed draft widens the rows
+        tokens = host_pool_tokens(0, page, host_size_gb=gb, bytes_per_token=row).host_tokens
         if ranks * sum(p.bytes for p in rank_pools(r, tokens)) <= free:
             return gb
         gb -= 1

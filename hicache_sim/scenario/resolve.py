@@ -34,6 +34,7 @@ from ..hardware.presets import (
     ModelPreset,
     effective_io,
 )
+from ..hardware.speculative import NO_DRAFT, DraftKV, draft_kv, running_default
 from ..simconfig import SimConfig
 from .load import resolve_builtin
 from .schema import AUTO, CacheSpec, HardwareSpec, Scenario
@@ -71,6 +72,7 @@ class Resolved:
     compute_knobs: dict[str, float] = field(default_factory=dict)
     calibration: Calibration | None = None
     warnings: list[str] = field(default_factory=list)
+    draft: DraftKV = NO_DRAFT  # speculative decoding's draft KV per token (hardware/speculative.py)
 
     def __post_init__(self) -> None:
         self.stage_layers = self.stage_layers or self.model.num_layers
@@ -107,6 +109,27 @@ class Resolved:
         from .simconfig import sim_config  # it imports this module
 
         return sim_config(self)
+
+
+def speculative_draft(sc: Scenario, model: ModelPreset) -> DraftKV:
+    """The draft KV per token of ``sc.model.speculative`` on one rank (NO_DRAFT without it)."""
+    spec, hw = sc.model.speculative, sc.hardware
+    if spec is None:
+        return NO_DRAFT
+    try:
+        draft = spec.draft(model)
+    except ValueError as e:
+        raise ConfigError("model.speculative", str(e)) from None
+    return draft_kv(
+        spec.algorithm,
+        model,
+        draft,
+        dtype=sc.model.dtype,
+        stage_layers=model.num_layers // hw.pp,
+        attn_tp=attn_tp(hw),
+        pp=hw.pp,
+        attn_dp=hw.attn_dp,
+    )
 
 
 def model_dims(model: ModelPreset, dtype: str, layers: int | None = None) -> ModelDims:
@@ -296,6 +319,9 @@ def running_cap(sc: Scenario, model: ModelPreset, device_tokens: int, warnings: 
     given value). ``auto`` needs the model's context length; without one it is 0 (not derived) in
     instant mode, which has no running batch, and an error in timed mode."""
     given = sc.scheduler.max_running_requests
+    spec = sc.model.speculative
+    if given == AUTO and (spec_default := running_default(spec and spec.algorithm)) is not None:
+        given = spec_default  # SGLang sets it when speculative decoding is on and the flag is unset
     if given == AUTO and not model.context_len:
         if sc.mode == "instant":
             return 0
@@ -379,13 +405,16 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     check_moe(model)
     stage_layers = model.num_layers // hw.pp
     bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), attn_tp(hw))
+    draft = speculative_draft(sc, model)
     warnings: list[str] = []
     chunk, graph_bs = chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu)
     memory = memory_plan(sc, model, gpu, chunk, graph_bs)
     chunk = attn_dp_chunk(chunk, hw.attn_dp)
-    device_tokens = _device_tokens(sc, model, gpu, bpt, memory, warnings)
+    device_tokens = _device_tokens(sc, model, gpu, bpt + draft.device_bpt, memory, warnings)
     running = running_cap(sc, model, device_tokens, warnings)
-    host_tokens = _host_tokens(sc, device_tokens, bpt, warnings, indexer_bytes_per_token(model, stage_layers))
+    # A packed draft widens the host KV pool's rows; a draft pool of its own is counted by auto-sizing.
+    host_side_bpt = indexer_bytes_per_token(model, stage_layers) + draft.own_pool_bpt
+    host_tokens = _host_tokens(sc, device_tokens, bpt + draft.packed_bpt, warnings, host_side_bpt)
     storage = _storage(sc, bpt, model)
     check_dp_mode(sc, storage)
     policy = _write_policy(sc.cache, warnings)
@@ -425,6 +454,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         compute_knobs=compute_knobs(hw, cal),
         calibration=cal,
         warnings=warnings,
+        draft=draft,
     )
 
 
@@ -459,6 +489,7 @@ def _pool_tokens(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> int:
     check_tp(model, hw.tp)
     check_pp(model, hw.pp)
     bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, model.num_layers // hw.pp), attn_tp(hw))
+    bpt += speculative_draft(sc, model).device_bpt
     plan = memory_plan(sc, model, gpu, chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu))
     return plan.kv_tokens(bpt, sc.cache.page_size)
 

@@ -31,7 +31,7 @@ from ..core.semantics import (
 )
 from ..core.stores import STORE_MODELS, knob_readers
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
-from ..hardware.hfconfig import config_path, model_from_config
+from ..hardware.hfconfig import DraftConfig, config_path, draft_from_config, model_from_config
 from ..hardware.nodes import parse_node_memory
 from ..hardware.presets import (
     GPUS,
@@ -42,6 +42,7 @@ from ..hardware.presets import (
     STORAGE,
     ModelPreset,
 )
+from ..hardware.speculative import SPEC_ALGORITHMS
 from ..strict import StrictSpec
 from ..workloads.kinds import WORKLOAD_KINDS
 
@@ -66,6 +67,78 @@ def _in_registry(registry, value: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ model
+
+
+class SpeculativeSpec(_Strict):
+    """Speculative decoding (``--speculative-algorithm`` and its draft model): what its draft KV takes
+    on the device and the host. Its time effects (draft steps, accept length) are not modelled: decode
+    still emits one token per request per step."""
+
+    algorithm: str = Field(
+        ...,
+        description="SGLang --speculative-algorithm, lower case: eagle, nextn (SGLang's alias of eagle), eagle3, "
+        "standalone, ngram; the draft's KV shrinks the device pool and rides on the host pools",
+    )
+    config: str | None = Field(
+        None,
+        description="the draft checkpoint's config.json or the folder holding it (--speculative-draft-model-path; "
+        "relative: to the scenario file; builtin:NAME as model.config): its KV layers and shape; unset: the target's "
+        "MTP layers (model.nextn_layers) for eagle / nextn",
+    )
+    num_layers: int | None = Field(None, ge=0, description="draft KV layers (overrides the draft's config)")
+    mtp: bool | None = Field(
+        None, description="the draft is an MTP head (its config has num_nextn_predict_layers): HiCache packs it"
+    )
+    attention: Literal["mha", "mla"] | None = Field(None, description="draft attention (default: its config's)")
+    num_kv_heads: int | None = Field(None, gt=0, description="draft KV heads (MHA/GQA)")
+    head_dim: int | None = Field(None, gt=0, description="draft head dimension")
+    kv_lora_rank: int | None = Field(None, ge=0, description="draft MLA latent rank")
+    qk_rope_head_dim: int | None = Field(None, ge=0, description="draft MLA rope dimension")
+
+    @field_validator("algorithm")
+    @classmethod
+    def _algorithm_known(cls, v: str) -> str:
+        return _in_registry(SPEC_ALGORITHMS, v)
+
+    @field_validator("config")
+    @classmethod
+    def _config_readable(cls, v: str | None) -> str | None:
+        """Read the file now, so a bad one is one line naming the file and key."""
+        if v is not None:
+            draft_from_config(config_path(v))
+        return v
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        """Written beside results with the fields that were given only."""
+        out = handler(self)
+        return {k: v for k, v in out.items() if v is not None}
+
+    def draft(self, target: ModelPreset) -> DraftConfig | None:
+        """The draft model: its config.json with the fields given here overriding it, the target's shape
+        for fields a draft given by layers alone leaves out, or None (no draft named)."""
+        shape = ("num_layers", "mtp", "attention", "num_kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim")
+        given = {k: getattr(self, k) for k in shape if getattr(self, k) is not None}
+        if self.config is not None:
+            base = draft_from_config(config_path(self.config))
+        elif given:
+            if "num_layers" not in given:
+                raise ValueError("model.speculative: a draft given by dimensions needs num_layers (or config)")
+            base = DraftConfig(
+                "",
+                "",
+                0,
+                False,
+                target.attention,
+                target.num_kv_heads,
+                target.head_dim,
+                target.kv_lora_rank,
+                target.qk_rope_head_dim,
+            )
+        else:
+            return None
+        renamed = {("layers" if k == "num_layers" else k): v for k, v in given.items()}
+        return DraftConfig(**{**base.__dict__, **renamed})
 
 
 class ModelSpec(_Strict):
@@ -103,7 +176,15 @@ class ModelSpec(_Strict):
     index_head_dim: int | None = Field(
         None, ge=0, description="DeepSeek sparse attention indexer key width (config index_head_dim; 0: none)"
     )
+    nextn_layers: int | None = Field(
+        None, ge=0, description="MTP layers the checkpoint carries (config num_nextn_predict_layers; 0: none)"
+    )
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
+    speculative: SpeculativeSpec | None = Field(
+        None,
+        description="speculative decoding (--speculative-algorithm, --speculative-draft-model-path): the draft's "
+        "KV on the device and the host; its time effects (draft steps, accept length) are not modelled",
+    )
 
     @field_validator("preset")
     @classmethod
@@ -120,10 +201,12 @@ class ModelSpec(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
-        """Written beside results without ``index_head_dim`` when unset (those files stay as they were)."""
+        """Written beside results without ``index_head_dim``, ``nextn_layers`` and ``speculative`` when unset (those
+        files stay as they were)."""
         out = handler(self)
-        if self.index_head_dim is None:
-            out.pop("index_head_dim", None)
+        for key in ("index_head_dim", "nextn_layers", "speculative"):
+            if getattr(self, key) is None:
+                out.pop(key, None)
         return out
 
     @model_validator(mode="after")
@@ -134,7 +217,7 @@ class ModelSpec(_Strict):
 
     def resolve(self) -> ModelPreset:
         """Preset or config.json with overrides applied, or a model from explicit dimensions."""
-        skip = ("preset", "config", "dtype")
+        skip = ("preset", "config", "dtype", "speculative")
         fields = {k: v for k, v in self.model_dump().items() if v is not None and k not in skip}
         if self.preset is not None or self.config is not None:
             base = MODELS.get(self.preset) if self.preset else model_from_config(config_path(self.config))

@@ -38,6 +38,7 @@ from ..core.schedule import check_policy
 from ..hardware.allreduce import CUSTOM_MAX_MIB
 from ..hardware.attention import ATTENTION_RULES
 from ..hardware.presets import HOST_LAYOUTS, IO_BACKENDS, MODELS, STORAGE
+from ..hardware.speculative import NOT_MODELLED, SGLANG_ALGORITHMS, SPEC_ALGORITHMS
 from ..scenario.resolve import DEFAULT_HOST_RATIO
 from ..scenario.schema import AUTO
 from .flags import SglangArgsError, known_flags
@@ -234,7 +235,7 @@ def _model_read(ctx: ReadContext) -> dict[str, Any]:
 def _model_write(ctx: WriteContext) -> list[str]:
     m = ctx.sc.model
     path = hf_id(m.preset) if m.preset else model_path_of(m.config) if m.config else None
-    dims = [k for k in m.model_fields_set if k not in ("preset", "config", "dtype")]
+    dims = [k for k in m.model_fields_set if k not in ("preset", "config", "dtype", "speculative")]
     if path is None or dims:
         ctx.notes.append("model: not a preset as published (explicit dimensions); --model-path must name those weights")
     return ["--model-path", path or "PATH/TO/MODEL"]
@@ -603,6 +604,70 @@ def _balance_parse(flag: str, raw: str) -> str:
         raise SglangArgsError(f"{flag} {raw}: {e}") from None
 
 
+# Speculative decoding: the algorithm and its draft model, as far as they size KV pools
+# (hardware/speculative.py; docs/reference/sglang-speculative.md). Its step and tree flags
+# (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens) size no modelled
+# pool in 0.5.23 and stay in the not-modelled list.
+_SPEC_FLAG = "--speculative-algorithm"
+_DRAFT_FLAG = "--speculative-draft-model-path"
+_SPEC_TIME_NOTE = (
+    "speculative decoding: the draft's KV on the device and the host pools is modelled; its time effects "
+    "(draft steps, verify, accept length) are not: a decode step emits one token per request"
+)
+
+
+def _spec_read(ctx: ReadContext) -> dict[str, Any]:
+    """``--speculative-algorithm`` (case-insensitive, as SGLang upper-cases it) and the draft model path: a
+    local folder holding the draft's config.json, or the target's own checkpoint (its MTP layers)."""
+    raw, draft = ctx.args.get(_SPEC_FLAG), ctx.args.get(_DRAFT_FLAG)
+    if raw is None or raw.upper() == "NONE":
+        if draft is not None:
+            ctx.notes.append(f"{_DRAFT_FLAG}: no effect without {_SPEC_FLAG} (not read)")
+        return {}
+    name = raw.upper()
+    modelled_names = ", ".join(SPEC_ALGORITHMS.get(n).sglang for n in SPEC_ALGORITHMS.names())
+    if name not in SGLANG_ALGORITHMS:
+        raise SglangArgsError(
+            f"{_SPEC_FLAG} {raw}: SGLang 0.5.23 refuses it (unknown speculative algorithm); it takes "
+            f"{', '.join(SGLANG_ALGORITHMS)} or a name a plugin registers"
+        )
+    if name in NOT_MODELLED:
+        raise SglangArgsError(f"{_SPEC_FLAG} {raw}: {NOT_MODELLED[name]}; modelled: {modelled_names}")
+    algo = SPEC_ALGORITHMS.get(name.lower())
+    out: dict[str, Any] = {"model.speculative.algorithm": algo.name}
+    ctx.notes.append(_SPEC_TIME_NOTE)
+    if draft is None:
+        return out
+    if algo.draft == "none":
+        ctx.notes.append(f"{_DRAFT_FLAG}: {algo.sglang} has no draft model (not read)")
+    elif draft.rstrip("/") == str(ctx.args.get("--model-path", "")).rstrip("/"):
+        ctx.notes.append(f"{_DRAFT_FLAG}: the target's own checkpoint: its MTP layers are the draft")
+    else:
+        config = local_config(draft)
+        if config is None:
+            raise SglangArgsError(
+                f"{_DRAFT_FLAG} {draft}: not a local folder holding config.json; hicache-sim reads the draft's KV "
+                "layers and shape from it (give the folder, or write model.speculative in the scenario)"
+            )
+        out["model.speculative.config"] = config
+    return out
+
+
+def _spec_write(ctx: WriteContext) -> list[str]:
+    spec = ctx.sc.model.speculative
+    if spec is None:
+        return []
+    out = [_SPEC_FLAG, SPEC_ALGORITHMS.get(spec.algorithm).sglang]
+    if spec.config is not None:
+        return [*out, _DRAFT_FLAG, model_path_of(spec.config)]
+    if spec.num_layers is not None:
+        ctx.notes.append(
+            "model.speculative: a draft given by dimensions; --speculative-draft-model-path must name those weights"
+        )
+        return [*out, _DRAFT_FLAG, "PATH/TO/DRAFT"]
+    return out
+
+
 def _refuse(flag: str, why: str) -> Row:
     def read(ctx: ReadContext) -> dict[str, Any]:
         if ctx.args.get(flag) is not None:
@@ -617,6 +682,7 @@ ROWS: tuple[Row, ...] = (
         "--disable-radix-cache", "not modelled: the simulator is the radix (prefix) cache; without it nothing is reused"
     ),
     Row(("--model-path",), _model_read, _model_write, fields=("model.preset",)),
+    Row((_SPEC_FLAG, _DRAFT_FLAG), _spec_read, _spec_write, fields=("model.speculative",)),
     Row(
         ("--kv-cache-dtype",),
         field_row(
