@@ -193,3 +193,29 @@ def test_bad_speculative_input_is_one_line(tmp_path):
         f"name: bad\nmodel: {{preset: llama-3.1-8b, speculative: {{algorithm: eagle3, config: {bad}}}}}\n"
     )
     assert_user_error(invoke("validate", scenario), "num_key_value_heads")
+
+
+def test_a_relative_draft_config_is_found_beside_the_scenario_and_is_an_input(tmp_path, monkeypatch):
+    """model.speculative.config relative to the scenario file (not the working folder); its content is in
+    the result identity like model.config's, so an edited draft config is not taken for a computed point."""
+    from hicache_sim.output.identity import input_files
+    from hicache_sim.scenario import load_scenario
+
+    _draft_folder(tmp_path, EAGLE3_HEAD)
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nmodel: {preset: llama-3.1-8b, speculative: {algorithm: eagle3, config: draft}}\n")
+    monkeypatch.chdir(tmp_path.parent)
+    sc = load_scenario(path)
+    assert resolve(sc).draft.own_pool_bpt == EAGLE3_HOST
+    before = input_files(scenario_dump(sc), tmp_path)["model.speculative.config"]
+    (tmp_path / "draft" / "config.json").write_text(json.dumps({**EAGLE3_HEAD, "num_key_value_heads": 4}))
+    assert input_files(scenario_dump(load_scenario(path)), tmp_path)["model.speculative.config"] != before
+
+
+def test_validate_names_the_packed_draft_in_the_host_pool(tmp_path):
+    out = tmp_path / "s.yaml"
+    line = DSV3 + " --enable-hierarchical-cache --speculative-algorithm NEXTN"
+    assert invoke("from-sglang", "--out", out, "--node-memory", 1000, "--", *line.split()).exit_code == 0
+    result = invoke("validate", out)
+    assert result.exit_code == 0, result.output
+    assert "(KV+MTP draft " in result.output

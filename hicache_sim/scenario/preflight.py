@@ -123,7 +123,8 @@ class NodeCheck:
         """What ``validate`` prints: the pinned total, and the node's verdict when its memory is known."""
         if not self.pools:
             return ["host memory: no host pool (nothing pinned)"]
-        parts = f" ({' + '.join(f'{p.name} {p.bytes / GIB:.1f}' for p in self.pools)})" if len(self.pools) > 1 else ""
+        named = len(self.pools) > 1 or self.pools[0].name != "KV"  # a packed draft widens the one KV pool
+        parts = f" ({' + '.join(f'{p.name} {p.bytes / GIB:.1f}' for p in self.pools)})" if named else ""
         head = (
             f"host memory: {self.ranks_on_node} rank(s) on the node x {self.per_rank_bytes / GIB:.1f} GiB{parts} "
             f"= {self.pinned_bytes / GIB:.1f} GiB pinned, {self.needed_bytes / GIB:.1f} GiB with SGLang's "
