@@ -163,7 +163,7 @@ def test_local_is_refused_in_a_scenario_file(tmp_path):
 
 def fake_proc(tmp_path, *, available_gib: float, cgroup: str = "", mounts: list[str] = ()) -> object:
     proc = tmp_path / "proc"
-    (proc / "self").mkdir(parents=True)
+    (proc / "self").mkdir(parents=True, exist_ok=True)
     (proc / "meminfo").write_text(
         f"MemTotal:       999999999 kB\nMemFree:         1000 kB\nMemAvailable:   {int(available_gib * 2**20)} kB\n"
     )
@@ -249,6 +249,16 @@ def test_local_protected_child_cancels_the_file_cache_credit(tmp_path):
     group(root / "job" / "db", memory_min=str(GIB))
     proc = v2_proc(tmp_path, "/job", 300)
     assert read_local_memory(proc).bytes == 54 * GIB
+
+
+def test_local_child_without_memory_min_also_cancels_the_credit(tmp_path):
+    """SGLang counts a child group it cannot read memory.min of (memory controller off below) as protected."""
+    root = tmp_path / "cg"
+    group(root / "job", memory_max=str(64 * GIB), memory_current=str(10 * GIB), memory_stat=stat_v2(2, 2))
+    group(root / "job" / "worker")
+    assert read_local_memory(v2_proc(tmp_path, "/job", 300)).bytes == 54 * GIB
+    (root / "job" / "worker" / "memory.min").write_text("0\n")
+    assert read_local_memory(v2_proc(tmp_path, "/job", 300)).bytes == 58 * GIB
 
 
 def test_local_cgroup_v1_limit(tmp_path):

@@ -9,8 +9,8 @@ located through ``/proc/self/mountinfo``) up to the mount's root: at every level
 what the group uses (v2 ``memory.current``, v1 ``memory.usage_in_bytes``) without its file cache
 (v2 ``active_file + inactive_file``, v1 ``total_active_file + total_inactive_file`` of
 ``memory.stat``: reclaimable, as ``MemAvailable`` counts it; no credit when a v2 child group protects
-memory with ``memory.min``); the smallest of those wins. SGLang's auto-sizing refuses to start when
-the process belongs to a cgroup it cannot locate; so does this reader.
+memory with ``memory.min``, or has no ``memory.min`` to read); the smallest of those wins. SGLang's
+auto-sizing refuses to start when the process belongs to a cgroup it cannot locate; so does this reader.
 
 Read here before SGLang starts, the figure includes what SGLang's own processes will take by the
 time each rank builds its pool: a check against it is optimistic by that share.
@@ -139,11 +139,16 @@ def _file_cache(directory: Path, v2: bool) -> int:
 
 
 def _protected_below(directory: Path) -> bool:
-    """A descendant group with a non-zero (or unreadable) ``memory.min``: its pages may not be reclaimed."""
+    """A descendant group whose ``memory.min`` is not 0, or cannot be read (absent too: the memory
+    controller is off below), may hold pages reclaim cannot take: then no file cache is credited."""
+    pending = [directory]
     try:
-        for child in directory.rglob("memory.min"):
-            if child.parent != directory and int(child.read_text().strip() or 0) != 0:
-                return True
+        while pending:
+            for child in pending.pop().iterdir():
+                if child.is_dir():
+                    if int((child / "memory.min").read_text().strip()) != 0:
+                        return True
+                    pending.append(child)
     except (OSError, ValueError):
         return True
     return False
