@@ -27,6 +27,16 @@ LLAMA = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Ins
 DSV3_BPT = (512 + 64) * 61 * 2  # 70272
 # SGLang adds int(cell x draft layers / layers) for its one MTP layer: one target layer's 1152 bytes.
 DSV3_DRAFT = int(DSV3_BPT * 1 / 61)  # 1152
+# Its NextN module's parameters (config.json), resident when SGLang profiles the memory: the MLA attention
+# (q low-rank pair with its norm, kv_a, its norm, kv_b, o), one MoE layer (256 routed experts of 2048,
+# router, one shared expert), eh_proj (2h -> h), four norms, and its own embedding, head and final norm.
+H, VOCAB = 7168, 129280
+DSV3_MTP_PARAMS = (
+    (H * 1536 + 1536 + 1536 * 128 * 192) + H * 576 + 512 + 512 * 128 * 256 + 128 * 128 * H
+    + (256 * 3 * H * 2048 + H * 256 + 3 * H * 2048)
+    + 2 * H * H + 4 * H
+    + 2 * VOCAB * H + H
+)  # fmt: skip
 # Llama-3.1-8B at TP 1: K and V of 8 heads of 128 over 32 layers, bf16.
 LLAMA_BPT = 2 * 32 * 8 * 128 * 2  # 131072
 # Its EAGLE3 head (one Llama layer, 8 KV heads of 128): the device cell pays one *target* layer, SGLang's
@@ -38,10 +48,18 @@ EAGLE3_HEAD = {
     "num_key_value_heads": 8,
     "hidden_size": 4096,
     "head_dim": 128,
+    "intermediate_size": 14336,
     "vocab_size": 128256,
+    "draft_vocab_size": 32000,
     "torch_dtype": "bfloat16",
 }
 EAGLE3_HOST = 2 * 1 * 8 * 128 * 2  # 4096
+# Its weights (bf16): one layer's q, k, v, o and MLP, two norms, the embedding, a head over its own 32000
+# tokens, the final norm.
+EAGLE3_PARAMS = (
+    (4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096) + 3 * 4096 * 14336 + 2 * 4096
+    + 128256 * 4096 + 32000 * 4096 + 4096
+)  # fmt: skip
 
 
 def _aligned(tokens: int, page: int) -> int:
@@ -88,12 +106,18 @@ def test_deepseek_presets_carry_their_mtp_layer_as_the_published_config():
 
 
 def test_nextn_device_pool_holds_fewer_tokens_by_the_draft_share():
-    """Same memory profile; the pool divides it by the target's cell plus one MTP layer."""
+    """The NextN module's weights (fp8, split over the 8 ranks) are in memory when SGLang profiles it, and
+    the pool divides what is left by the target's cell plus one MTP layer."""
     plain = resolve(from_command(DSV3).scenario)
     spec = resolve(from_command(DSV3 + " --speculative-algorithm NEXTN").scenario)
-    assert plain.memory == spec.memory and spec.bytes_per_token == plain.bytes_per_token == DSV3_BPT
+    assert spec.bytes_per_token == plain.bytes_per_token == DSV3_BPT
+    preset = MODELS.get("deepseek-v3").nextn_params_b * 1e9  # the count rounded as the presets round
+    assert model_from_config(str(MODELS_DIR / "deepseek-v3")).nextn_params_b * 1e9 == DSV3_MTP_PARAMS
+    assert abs(preset - DSV3_MTP_PARAMS) <= 0.005e9
+    assert spec.memory.weight_bytes - plain.memory.weight_bytes == pytest.approx(preset * 1 / 8)
+    assert spec.memory.kv_pool_bytes == pytest.approx(plain.memory.kv_pool_bytes - preset / 8)
     pool = int(spec.memory.kv_pool_bytes)
-    assert plain.device_tokens == pool // DSV3_BPT // 64 * 64
+    assert plain.device_tokens == int(plain.memory.kv_pool_bytes) // DSV3_BPT // 64 * 64
     assert spec.device_tokens == pool // (DSV3_BPT + DSV3_DRAFT) // 64 * 64
     assert spec.device_tokens < plain.device_tokens
 
@@ -123,6 +147,9 @@ def test_eagle3_line_with_a_local_draft_config(tmp_path):
     conv = from_command(line, node_memory_gib=105)
     r = resolve(conv.scenario)
     assert conv.scenario.model.speculative.config == str(folder / "config.json")
+    assert r.memory.weight_bytes - resolve(
+        conv.scenario.model_copy(update={"model": plain.scenario.model})
+    ).memory.weight_bytes == pytest.approx(EAGLE3_PARAMS * 2)
     pool = int(r.memory.kv_pool_bytes)
     assert r.device_tokens == pool // (LLAMA_BPT + LLAMA_BPT // 32)
     host = _aligned(100 * 10**9 // LLAMA_BPT, 1)

@@ -17,7 +17,8 @@ embeddings, LM head unless tied, per layer attention (MHA/GQA: q, k, v, o; MLA: 
 q, the kv low-rank pair, o), norms, and the MLP: dense ``3 x hidden x intermediate``, a MoE layer's
 routed experts, router and shared experts. Biases are left out (a few millionths of the total). The
 multi-token-prediction layers a checkpoint may carry (``num_nextn_predict_layers``, kept as
-``nextn_layers``) are not loaded without speculative decoding, and are not counted. Weight bytes are
+``nextn_layers``, their NextN module's parameters as ``nextn_params_b``) are not loaded without
+speculative decoding, and are not in ``params_b``. Weight bytes are
 parameters x the dtype's bytes, the rule the presets use (an fp8 checkpoint's bf16 embeddings and fp32
 block scales are not told apart).
 
@@ -262,7 +263,7 @@ def _moe(r: _Reader, hidden: int, layers: int) -> dict[str, Any]:
     experts = r.first_int(EXPERT_COUNT_KEYS) or 0
     dense_width = r.int("intermediate_size") if not experts or r.get("first_k_dense_replace") else 0
     if not experts:
-        return dict(mlp=layers * 3 * hidden * dense_width, routed=0.0, fields={})
+        return dict(mlp=layers * 3 * hidden * dense_width, routed=0.0, fields={}, layer_mlp=3 * hidden * dense_width)
     top_k = r.int("num_experts_per_tok")
     width = r.int("moe_intermediate_size") if r.get("moe_intermediate_size") is not None else r.int("intermediate_size")
     dense = r.int("first_k_dense_replace", default=0, low=0)
@@ -281,7 +282,18 @@ def _moe(r: _Reader, hidden: int, layers: int) -> dict[str, Any]:
         shared_experts=shared or (1 if shared_width else 0),
         dense_layers=dense,
     )
-    return dict(mlp=mlp, routed=routed * top_k / experts, routed_all=routed, fields=fields)
+    layer_mlp = experts * 3 * hidden * width + per_moe_layer  # one MoE layer's
+    return dict(mlp=mlp, routed=routed * top_k / experts, routed_all=routed, fields=fields, layer_mlp=layer_mlp)
+
+
+def _mtp_params(layers: int, hidden: int, vocab: int, attention: int, mlp: int) -> int:
+    """Parameters of ``layers`` multi-token-prediction layers as SGLang builds a NextN draft
+    (``models/deepseek_nextn.py``): per layer one decoder layer of the target's last kind, ``eh_proj``
+    (2 x hidden -> hidden) and four norms; once its own embedding, head and final norm (resident while the
+    pools are sized: SGLang shares the target's only after, ``eagle_worker_v2.py`` ``init_lm_head``)."""
+    if not layers:
+        return 0
+    return layers * (attention + mlp + 2 * hidden * hidden + 4 * hidden) + 2 * vocab * hidden + hidden
 
 
 def model_from_config(path: str, name: str | None = None) -> ModelPreset:
@@ -298,11 +310,12 @@ def model_from_config(path: str, name: str | None = None) -> ModelPreset:
     moe = _moe(r, hidden, layers)
     tied = bool(r.get("tie_word_embeddings", r.top.get("tie_word_embeddings", False)))
     norms = layers * 2 * hidden + hidden
-    total = vocab * hidden * (1 if tied else 2) + layers * att.pop("params") + moe["mlp"] + norms
+    att_params = att.pop("params")
+    total = vocab * hidden * (1 if tied else 2) + layers * att_params + moe["mlp"] + norms
     active = total - moe.get("routed_all", 0.0) + moe["routed"]
     file = Path(shown).resolve()
     label = name or (file.parent.name if file.name == "config.json" else file.stem) or "config"
-    nextn = r.get(NEXTN_KEY)
+    nextn = 0 if r.get(NEXTN_KEY) is None else r.int(NEXTN_KEY, low=0)
     return ModelPreset(
         name=label,
         num_layers=layers,
@@ -312,7 +325,8 @@ def model_from_config(path: str, name: str | None = None) -> ModelPreset:
         weights_dtype=weights_dtype(r),
         hidden_size=hidden,
         context_len=context_length(r),
-        nextn_layers=0 if nextn is None else r.int(NEXTN_KEY, low=0),
+        nextn_layers=nextn,
+        nextn_params_b=_mtp_params(nextn, hidden, vocab, att_params, moe["layer_mlp"]) / 1e9,
         **att,
         **moe["fields"],
     )
@@ -332,6 +346,8 @@ class DraftConfig:
     head_dim: int
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    params_b: float = 0.0  # weights resident while SGLang sizes the pools, billions
+    weights_dtype: str = "bf16"
 
 
 def draft_from_config(path: str) -> DraftConfig:
@@ -345,6 +361,12 @@ def draft_from_config(path: str) -> DraftConfig:
     att = _attention(r, arch, hidden, heads)
     nextn = r.get(NEXTN_KEY)
     layers = r.int(NEXTN_KEY, low=0) if nextn is not None else r.int("num_hidden_layers")
+    vocab, mlp = r.int("vocab_size"), _moe(r, hidden, layers)["layer_mlp"]
+    if nextn:
+        params = _mtp_params(layers, hidden, vocab, att["params"], mlp)
+    else:  # a head or a small model: its layers, its embedding and head (an EAGLE3 head's own vocabulary)
+        head = r.int("draft_vocab_size", default=vocab)
+        params = layers * (att["params"] + mlp + 2 * hidden) + vocab * hidden + head * hidden + hidden
     return DraftConfig(
         path=str(Path(shown).resolve()),
         architecture=arch,
@@ -355,4 +377,6 @@ def draft_from_config(path: str) -> DraftConfig:
         head_dim=att["head_dim"],
         kv_lora_rank=att.get("kv_lora_rank", 0),
         qk_rope_head_dim=att.get("qk_rope_head_dim", 0),
+        params_b=params / 1e9,
+        weights_dtype=weights_dtype(r),
     )

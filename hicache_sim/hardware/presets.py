@@ -41,7 +41,8 @@ class ModelPreset:
     pool beside the KV pool, mirrored on the host by HiCache. ``nextn_layers``: the multi-token-prediction
     layers the checkpoint carries (config.json ``num_nextn_predict_layers``; 0: none), the draft SGLang
     runs for ``--speculative-algorithm NEXTN`` / ``EAGLE`` without a draft model path
-    (:mod:`hicache_sim.hardware.speculative`); not loaded, and not counted, without one.
+    (:mod:`hicache_sim.hardware.speculative`); not loaded, and not counted, without one;
+    ``nextn_params_b``: their parameters with the NextN module's own embedding and head, billions.
     """
 
     name: str
@@ -64,6 +65,7 @@ class ModelPreset:
     context_len: int = 0
     index_head_dim: int = 0
     nextn_layers: int = 0
+    nextn_params_b: float = 0.0
 
     @property
     def hidden(self) -> int:
@@ -105,6 +107,7 @@ _DEEPSEEK_V3 = ModelPreset(
     weights_dtype="fp8",
     context_len=163840,  # max_position_embeddings
     nextn_layers=1,  # num_nextn_predict_layers: one MTP layer
+    nextn_params_b=13.46,  # that layer (its MoE, MLA), eh_proj, norms, embedding and head, from config.json
 )
 # context_len: each checkpoint's config.json max_position_embeddings (what SGLang derives the default
 # --max-running-requests from).

@@ -1,11 +1,15 @@
-"""Speculative decoding's draft KV, on the device and on the host, as SGLang 0.5.23 sizes it.
+"""Speculative decoding's draft model in memory, as SGLang 0.5.23 sizes it: its weights and KV on the
+device, its KV on the host.
 
-Only memory is modelled: the draft's KV pools make the target's device pool hold fewer tokens and
+Only memory is modelled: the draft's weights and KV make the target's device pool hold fewer tokens and
 HiCache mirror more bytes per host token. What speculative decoding does to time (draft steps, verify
 batches, accept length) is not: a simulated decode step still emits one token per request.
 
 Per algorithm (``SPEC_ALGORITHMS``; sources in docs/reference/sglang-speculative.md):
 
+- weights: SGLang loads the draft before it profiles the memory (``managers/scheduler.py``
+  ``init_model_worker``), so the draft's weights (parameters x the weight dtype's bytes over the ranks, the
+  target's rule) come out of the KV pool too.
 - device: EAGLE, EAGLE3, NEXTN (SGLang's alias of EAGLE) and STANDALONE charge the draft's KV in the
   target's per-token cell, scaled from the target's own layers: ``cell += int(cell x draft_layers /
   layers)`` (``model_executor/pool_configurator.py`` ``DefaultPoolConfigurator``); the draft's pool then
@@ -29,7 +33,7 @@ from ..core import ConfigError
 from ..core.registry import Registry
 from ..core.sizing import ModelDims, kv_bytes_per_token
 from .hfconfig import DraftConfig
-from .presets import ModelPreset
+from .presets import WEIGHT_BYTES, ModelPreset
 
 
 @dataclass(frozen=True)
@@ -83,15 +87,16 @@ NOT_MODELLED = {
 
 @dataclass(frozen=True)
 class DraftKV:
-    """The draft's KV on one rank (bytes per token): ``device_bpt`` added to the target's device cell,
+    """The draft on one rank: ``device_bpt`` bytes per token added to the target's device cell,
     ``host_bpt`` mirrored per host token, ``packed`` into the target's host KV pool (else a host pool
-    of its own)."""
+    of its own), and ``weight_bytes`` of its weights resident when SGLang profiles the memory."""
 
     algorithm: str
     layers: int
     device_bpt: int
     host_bpt: int
     packed: bool
+    weight_bytes: float = 0.0
 
     @property
     def packed_bpt(self) -> int:
@@ -117,10 +122,12 @@ def draft_kv(
     attn_tp: int,
     pp: int = 1,
     attn_dp: int = 1,
+    ranks: int = 1,
 ) -> DraftKV:
     """The draft KV one rank holds for ``algorithm`` (None: no speculative decoding) with the draft model
-    ``draft`` (None: none given; the target's MTP layers serve where the algorithm allows). Raises
-    ConfigError where SGLang would refuse the launch or the simulator does not model it."""
+    ``draft`` (None: none given; the target's MTP layers serve where the algorithm allows), its weights
+    split over ``ranks`` (tp x pp) as the target's are. Raises ConfigError where SGLang would refuse the
+    launch or the simulator does not model it."""
     if algorithm is None:
         return NO_DRAFT
     algo = SPEC_ALGORITHMS.get(algorithm)
@@ -154,13 +161,16 @@ def draft_kv(
             target.head_dim,
             target.kv_lora_rank,
             target.qk_rope_head_dim,
+            target.nextn_params_b,
+            target.weights_dtype,
         )
-    if draft.layers == 0:  # SGLang charges nothing for a draft of 0 KV layers
-        return DraftKV(algo.name, 0, 0, 0, False)
+    weights = draft.params_b * 1e9 * WEIGHT_BYTES[draft.weights_dtype] / ranks
+    if draft.layers == 0:  # SGLang charges no KV for a draft of 0 KV layers
+        return DraftKV(algo.name, 0, 0, 0, False, weights)
     target_bpt = kv_bytes_per_token(_dims(target.attention, target, dtype, stage_layers), attn_tp)
     device = int(target_bpt * draft.layers / stage_layers) if algo.draft_kv else 0
     host = kv_bytes_per_token(_dims(draft.attention, draft, dtype, draft.layers), attn_tp)
-    return DraftKV(algo.name, draft.layers, device, host, algo.packs_mtp and draft.mtp)
+    return DraftKV(algo.name, draft.layers, device, host, algo.packs_mtp and draft.mtp, weights)
 
 
 def _dims(attention: str, shape: ModelPreset | DraftConfig, dtype: str, layers: int) -> ModelDims:

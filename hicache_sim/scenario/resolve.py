@@ -129,6 +129,7 @@ def speculative_draft(sc: Scenario, model: ModelPreset) -> DraftKV:
         attn_tp=attn_tp(hw),
         pp=hw.pp,
         attn_dp=hw.attn_dp,
+        ranks=hw.tp * hw.pp,
     )
 
 
@@ -348,6 +349,7 @@ def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset, chunk: int | N
     hw = sc.hardware
     mem_mib = hw.memory_mib or gpu.memory_mib
     weights = model.params_b * 1e9 * WEIGHT_BYTES[model.weights_dtype] / (hw.tp * hw.pp)
+    weights += speculative_draft(sc, model).weight_bytes  # loaded before SGLang profiles the memory
     if hw.mem_fraction_static is not None:
         mfs, source = hw.mem_fraction_static, "given"
     else:

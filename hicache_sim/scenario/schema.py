@@ -94,6 +94,9 @@ class SpeculativeSpec(_Strict):
     head_dim: int | None = Field(None, gt=0, description="draft head dimension")
     kv_lora_rank: int | None = Field(None, ge=0, description="draft MLA latent rank")
     qk_rope_head_dim: int | None = Field(None, ge=0, description="draft MLA rope dimension")
+    params_b: float | None = Field(
+        None, ge=0, description="draft parameters, billions (weights memory; default: counted from its config)"
+    )
 
     @field_validator("algorithm")
     @classmethod
@@ -117,7 +120,16 @@ class SpeculativeSpec(_Strict):
     def draft(self, target: ModelPreset) -> DraftConfig | None:
         """The draft model: its config.json with the fields given here overriding it, the target's shape
         for fields a draft given by layers alone leaves out, or None (no draft named)."""
-        shape = ("num_layers", "mtp", "attention", "num_kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim")
+        shape = (
+            "num_layers",
+            "mtp",
+            "attention",
+            "num_kv_heads",
+            "head_dim",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "params_b",
+        )
         given = {k: getattr(self, k) for k in shape if getattr(self, k) is not None}
         if self.config is not None:
             base = draft_from_config(config_path(self.config))
@@ -134,6 +146,8 @@ class SpeculativeSpec(_Strict):
                 target.head_dim,
                 target.kv_lora_rank,
                 target.qk_rope_head_dim,
+                0.0,
+                target.weights_dtype,
             )
         else:
             return None
