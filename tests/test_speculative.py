@@ -246,3 +246,24 @@ def test_validate_names_the_packed_draft_in_the_host_pool(tmp_path):
     result = invoke("validate", out)
     assert result.exit_code == 0, result.output
     assert "(KV+MTP draft " in result.output
+
+
+def test_an_explicit_model_with_mtp_layers_counts_the_given_module():
+    data = {
+        "name": "x",
+        "model": {
+            "num_layers": 32,
+            "params_b": 8.0,
+            "num_kv_heads": 8,
+            "head_dim": 128,
+            "q_heads": 32,
+            "nextn_layers": 1,
+            "nextn_params_b": 0.5,
+            "speculative": {"algorithm": "nextn"},
+        },
+        "hardware": {"gpu": "h200"},
+    }
+    r = resolve(build_scenario(data, "x"))
+    plain = resolve(build_scenario({**data, "model": {**data["model"], "speculative": None}}, "x"))
+    assert r.memory.weight_bytes - plain.memory.weight_bytes == pytest.approx(0.5e9 * 2)
+    assert (r.draft.device_bpt, r.draft.packed) == (2 * 8 * 128 * 2, True)  # one target layer, packed

@@ -193,6 +193,11 @@ class ModelSpec(_Strict):
     nextn_layers: int | None = Field(
         None, ge=0, description="MTP layers the checkpoint carries (config num_nextn_predict_layers; 0: none)"
     )
+    nextn_params_b: float | None = Field(
+        None,
+        ge=0,
+        description="parameters of the MTP (NextN) draft module, billions (its weights with speculative decoding)",
+    )
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="KV cache dtype")
     speculative: SpeculativeSpec | None = Field(
         None,
@@ -215,10 +220,10 @@ class ModelSpec(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
-        """Written beside results without ``index_head_dim``, ``nextn_layers`` and ``speculative`` when unset (those
-        files stay as they were)."""
+        """Written beside results without ``index_head_dim`` and the speculative fields when unset (those files
+        stay as they were)."""
         out = handler(self)
-        for key in ("index_head_dim", "nextn_layers", "speculative"):
+        for key in ("index_head_dim", "nextn_layers", "nextn_params_b", "speculative"):
             if getattr(self, key) is None:
                 out.pop(key, None)
         return out

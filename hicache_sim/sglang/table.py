@@ -611,8 +611,9 @@ def _balance_parse(flag: str, raw: str) -> str:
 _SPEC_FLAG = "--speculative-algorithm"
 _DRAFT_FLAG = "--speculative-draft-model-path"
 _SPEC_TIME_NOTE = (
-    "speculative decoding: the draft's KV on the device and the host pools is modelled; its time effects "
-    "(draft steps, verify, accept length) are not: a decode step emits one token per request"
+    "speculative decoding: the draft's weights and KV in the device pool and its KV in the host pools are "
+    "modelled; its time effects (draft steps, verify, accept length) are not: a decode step emits one token "
+    "per request"
 )
 
 
