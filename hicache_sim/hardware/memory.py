@@ -5,9 +5,13 @@ after (``post``); the KV pool gets ``post - pre x (1 - mem_fraction_static)`` by
 ``1 - mem_fraction_static`` of ``pre`` is kept back for activations, CUDA graphs and the rest, and the
 pool is that many bytes divided by the KV bytes of one token (whole tokens, then whole pages).
 
-Modelled here: ``pre = capacity - context`` (the capacity the device reports, less the CUDA context
-and communicator buffers created before the first reading: an estimate, ``hardware.cuda_context_mib``)
-and ``post = pre - weights`` (the weights of this rank's layers, nothing else allocated in between).
+Modelled here: ``pre = capacity - context`` (the capacity the device reports, less what is in use before
+the first reading: the CUDA context and, at TP > 1, what SGLang's parallel groups hold, by interconnect,
+from public logs (``hardware/commmem.py``); ``hardware.cuda_context_mib`` replaces it with a measured
+figure) and ``post = pre - weights`` (the weights of this rank's layers, nothing else allocated in
+between). So memory in use before the reading shrinks the pool by ``mem_fraction_static`` times its size,
+memory allocated between the readings by all of it; the CUDA graphs are captured after both and live
+in the ``1 - mem_fraction_static`` reserve.
 When ``mem_fraction_static`` is not given it follows SGLang's default rule: reserve 512 MiB + 1.5 MiB
 per token of the prefill chunk (at least 2048 tokens) + 2 MiB per CUDA-graph batch size + 1 GiB per 8
 ranks of TP x PP, at least 10 GiB on GPUs above 60 GiB, and keep ``(capacity - reserve) / capacity``
@@ -81,10 +85,11 @@ class MemoryPlan:
     """One rank's memory as SGLang's profiling sees it (bytes)."""
 
     capacity_bytes: int
-    context_bytes: int
+    context_bytes: int  # in use before the weights: CUDA context and, at TP > 1, the parallel groups
     weight_bytes: float
     mem_fraction_static: float
     mem_fraction_source: str  # "given" | "SGLang default"
+    context_source: str = "hardware.cuda_context_mib"  # where context_bytes comes from
 
     @property
     def pre_load_free_bytes(self) -> float:
@@ -111,5 +116,6 @@ class MemoryPlan:
         return (
             f"{self.capacity_bytes / GIB:.2f} GiB reported, {self.context_bytes / GIB:.2f} GiB context, "
             f"{self.weight_bytes / GIB:.2f} GiB weights, mem_fraction_static {self.mem_fraction_static} "
-            f"({self.mem_fraction_source}) keeps back {self.reserved_bytes / GIB:.2f} GiB"
+            f"({self.mem_fraction_source}) keeps back {self.reserved_bytes / GIB:.2f} GiB; in use before the "
+            f"weights: {self.context_source}"
         )

@@ -15,6 +15,7 @@ from ..core.routing import ROUTERS
 from ..core.sizing import ModelDims, dsa_indexer_bytes_per_token, host_pool_tokens, kv_bytes_per_token
 from ..core.stores import STORE_MODELS
 from ..hardware.calibration import COMPUTE_FIELDS, Calibration, load_calibration
+from ..hardware.commmem import in_use_before_weights_mib
 from ..hardware.linkmodel import LinkParams
 from ..hardware.memory import (
     GIB,
@@ -362,7 +363,11 @@ def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset, chunk: int | N
                 f"SGLang's default keeps nothing of {mem_mib} MiB for weights and KV (its activation and "
                 "CUDA-graph reserve is larger); give mem_fraction_static",
             )
-    return MemoryPlan(mem_mib * MIB, int(hw.cuda_context_mib * MIB), weights, mfs, source)
+    if hw.cuda_context_mib is not None:
+        in_use, where = hw.cuda_context_mib, "hardware.cuda_context_mib"
+    else:
+        in_use, where = in_use_before_weights_mib(gpu.allreduce_fabric, hw.tp)
+    return MemoryPlan(mem_mib * MIB, int(in_use * MIB), weights, mfs, source, where)
 
 
 # Host pool ratio when the scenario gives no host size, per host memory mode: SGLang's ``--hicache-ratio``

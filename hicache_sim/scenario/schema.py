@@ -425,8 +425,13 @@ class HardwareSpec(_Strict):
     cuda_graph_max_bs: int | None = Field(
         None, gt=0, description="largest CUDA-graph batch, for the default mem_fraction_static (default: SGLang's)"
     )
-    cuda_context_mib: float = Field(
-        1024.0, ge=0, description="GPU memory in use before the weights load (CUDA context, NCCL), MiB; estimate"
+    cuda_context_mib: float | None = Field(
+        None,
+        ge=0,
+        description="GPU memory in use on a rank before the weights load, MiB: null (default) models it as "
+        "the CUDA context (1024) plus, at tp > 1, what SGLang's parallel groups hold on the GPU's interconnect "
+        "(hardware/commmem.py: the median of public logs' 'Init torch distributed ends. mem usage'); a number "
+        "replaces both (a log's GPU capacity less its 'Load weight begin. avail mem')",
     )
     host_memory_gib: float | None = Field(
         None,
