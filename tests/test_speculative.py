@@ -246,6 +246,9 @@ def test_validate_names_the_packed_draft_in_the_host_pool(tmp_path):
     result = invoke("validate", out)
     assert result.exit_code == 0, result.output
     assert "(KV+MTP draft " in result.output
+    # the model line's bytes per token are the target's: the draft's share is its own line
+    assert "draft: nextn, 1 layer(s), +1152 B/token on the device" in result.output
+    assert "packed into the host KV pool's rows" in result.output
 
 
 def test_an_explicit_model_with_mtp_layers_counts_the_given_module():

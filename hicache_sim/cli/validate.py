@@ -12,6 +12,7 @@ from .nodememory import NODE_MEMORY_HELP, node_memory_option
 
 if TYPE_CHECKING:
     from ..core import CacheConfig
+    from ..hardware.speculative import DraftKV
 
 
 @app.command()
@@ -45,6 +46,8 @@ def validate(
         f"({c.host_pages} pages, {r.host_tokens * r.bytes_per_token / 1e9:.1f} GB per GPU, "
         f"ratio {r.host_tokens / r.device_tokens:.3g})"
     )
+    if r.draft.layers:
+        typer.echo(f"  {draft_line(r.draft)}")
     if r.memory is not None:
         typer.echo(f"  GPU {r.gpu.name} at tp {sc.hardware.tp} x pp {sc.hardware.pp}: {r.memory.describe()}")
     running = r.max_running_requests or "not derived (instant mode)"
@@ -65,6 +68,15 @@ def validate(
     mismatches = [] if given is None else given.mismatches(sc.hardware.gpu, node_ranks(r))
     for w in [*r.warnings, *node.warnings(), *mismatches]:
         typer.echo(f"warning: {w}", err=True)
+
+
+def draft_line(d: DraftKV) -> str:
+    """The speculative draft's share of one rank's memory, which the model line's bytes per token leave out."""
+    host = "packed into the host KV pool's rows" if d.packed else "in a host pool of its own"
+    return (
+        f"draft: {d.algorithm.lower()}, {d.layers} layer(s), +{d.device_bpt} B/token on the device, "
+        f"{d.host_bpt} B/token on the host {host}, {d.weight_bytes / 2**30:.2f} GiB weights per rank"
+    )
 
 
 def dp_line(r) -> str:
