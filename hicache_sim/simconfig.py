@@ -200,6 +200,7 @@ class SimConfig:
     scheduler: SchedulerPolicy
     compute: ComputeParams
     dp_ranks: int = 1  # data-parallel ranks, each a world of its own behind the controller
+    attn_dp: int = 1  # attention-DP groups among them: they step in lockstep (sim/lockstep.py)
     load_balance_method: str = "round_robin"  # the controller's router (core/routing.py)
 
     def sim_config(self) -> SimConfig:

@@ -29,7 +29,8 @@ SERVING = {
     "bench_serving": {"num_prompts": 8, "random_input_len": 256, "random_output_len": 8, "request_rate": 50.0},
 }
 # Small worlds that reach the sites: storage (queries, prefetch), write-back, a pipeline, a request
-# overhead, closed-loop clients (with a round barrier's pause), an open loop, bench_serving's sender, DP ranks.
+# overhead, closed-loop clients (with a round barrier's pause), an open loop, bench_serving's sender, DP ranks,
+# attention-DP groups stepping in lockstep.
 WORLDS = {
     "storage_write_back_overhead": dict(
         workload=MULTITURN,
@@ -65,6 +66,16 @@ WORLDS = {
         workload=MULTITURN,
         cache={"device_tokens": 4096, "host_tokens": 4096},
         hardware={"dp": 2, "request_overhead_us": 300.0},
+    ),
+    "attn_dp_lockstep": dict(
+        workload={**MULTITURN, "multiturn": {**MULTITURN["multiturn"], "num_rounds": 5}},
+        cache={
+            "device_tokens": 2048,
+            "host_tokens": 2048,
+            "write_policy": "write_back",
+            "storage_backend": "local_nvme",
+        },
+        hardware={"tp": 2, "attn_dp": 2},
     ),
 }
 

@@ -10,7 +10,7 @@ from ..hardware.allreduce import MIB
 from ..hardware.attention import ATTENTION_RULES, GPU_ARCH
 from ..hardware.presets import WEIGHT_BYTES
 from ..simconfig import ComputeParams, SchedulerPolicy, SimConfig, unsplit_bytes_per_token
-from .resolve import PREFILL_FLOOR_KNOB, Resolved, compute_knobs
+from .resolve import PREFILL_FLOOR_KNOB, Resolved, attn_tp, compute_knobs
 
 
 def sim_config(r: Resolved) -> SimConfig:
@@ -34,6 +34,7 @@ def sim_config(r: Resolved) -> SimConfig:
         scheduler=scheduler_policy(r),
         compute=compute_params(r),
         dp_ranks=r.dp_ranks,
+        attn_dp=sc.hardware.attn_dp,
         load_balance_method=sc.hardware.load_balance_method,
     )
 
@@ -76,7 +77,8 @@ def compute_params(r: Resolved) -> ComputeParams:
         num_layers=r.stage_layers,
         active_params=m.active_params_b * 1e9 / ranks,
         weight_bytes=m.params_b * 1e9 * per_param / ranks,
-        attn_width=m.q_heads * m.head_dim // hw.tp,
+        # Query heads are split over one attention group's GPUs (tp, or tp / attn_dp with attention DP).
+        attn_width=m.q_heads * m.head_dim // attn_tp(hw),
         kv_bytes_per_token=float(r.bytes_per_token),
         tp=hw.tp,
         pp=hw.pp,
@@ -114,7 +116,7 @@ def attention_tiling(r: Resolved) -> tuple[int, int, float, float]:
     head_dim = r.model.head_dim
     return (
         rule.tile_rows(GPU_ARCH[r.gpu.name], head_dim),
-        r.model.q_heads // r.scenario.hardware.tp,
+        r.model.q_heads // attn_tp(r.scenario.hardware),
         2.0 * head_dim * DTYPE_BYTES[r.scenario.model.dtype],
         float(rule.index_bytes),
     )

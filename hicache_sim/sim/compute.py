@@ -71,6 +71,21 @@ re-reads and leaves the FLOPs, cut the kernel 43 % on MI350X). A backend without
 defaults: flashinfer on Ampere and Ada, fa3 on Hopper, trtllm_mha on Blackwell) keeps the roofline
 above, which reads the context's KV once per step. Decode is not affected by the rule.
 
+Attention-DP groups stepping together (``sim/lockstep.py``): every group's GPUs compute their own
+group's attention (its heads split over the group's ``tp / attn_dp`` GPUs, ``attn_width`` per GPU) and
+the linear layers, the MoE and the unsplit kernels over the rows every group sends (``lockstep_rows``:
+SGLang's gathered buffer), so a GPU of group ``g`` runs the roofline above with the shared terms over
+those rows and the attention terms of its own batch; the step ends when the slowest group is done:
+    gpu_g  = max(linear(R) + attention_g, (weights(R) + KV_g) / (HBM x eff))     (a rule: as above)
+    gpu    = max_g gpu_g + unsplit(R) + allreduce(R)
+    time   = max(gpu, host floor) if any group extends, else gpu + layers x decode_per_layer
+The gather before the MLP and the scatter after it are the two collectives ``allreduce`` counts per
+layer (SGLang's SUM_LEN buffer is all-reduced over the tp group both times; a MAX_LEN buffer's
+all-gather and reduce-scatter are charged as those all-reduces). One group gives ``prefill_time`` /
+``decode_time`` exactly. The attention projections stay in the linear term over ``R`` at ``1 / tp`` (the
+presets do not split attention from MLP parameters): the same per-GPU FLOPs as a group's own tokens
+at ``1 / (tp / attn_dp)`` when the groups are balanced, fewer than the busiest group's otherwise.
+
 The model is a class with a small interface (``prefill_time``, ``decode_time``, ``num_layers``,
 ``step_overhead_s``, ``pp``) so a calibrated model can replace it; ``ComputeParams.with_overrides``
 takes the fields a calibration file measures.
@@ -80,10 +95,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from ..hardware.allreduce import AllReduceParams, allreduce_time
+from ..hardware.allreduce import KERNELS, AllReduceParams, allreduce_kernel, allreduce_time
 from ..simconfig import ACTIVATION_BYTES, ComputeParams, HasSimConfig, unsplit_bytes_per_token
 
 # ComputeParams and unsplit_bytes_per_token live in ..simconfig (what resolve builds); named here too.
@@ -91,6 +107,7 @@ __all__ = [
     "ACTIVATION_BYTES",
     "ComputeModel",
     "ComputeParams",
+    "GroupWork",
     "StepTimeModel",
     "moe_block_m",
     "padded_rows",
@@ -125,6 +142,23 @@ def padded_rows(tokens: int, share: float, block: int) -> float:
         if x % block == 0:
             rows += block * max(0.0, 1.0 - cdf)  # P(X > x) for x = j block
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class GroupWork:
+    """One attention-DP group's batch in a lockstep step: the rows it sends to the MLP (new tokens of
+    its prefill chunks, or its decode batch size; 0: an idle batch), the causal (query, key) pairs its
+    attention computes, the KV tokens it reads, the bytes its attention kernel moves under a backend
+    rule (prefill only) and whether it extends (prefill) or decodes."""
+
+    tokens: int = 0
+    pairs: float = 0.0
+    kv_read: float = 0.0
+    kernel_bytes: float = 0.0
+    extend: bool = False
+
+
+IDLE = GroupWork()
 
 
 class StepTimeModel(Protocol):
@@ -297,4 +331,66 @@ class ComputeModel:
         memory = self.weights_read(batch) + kv_tokens * p.kv_bytes_per_token
         compute = self.linear_time(batch) + self._attn * kv_tokens / self._attention
         gpu = max(memory / self._hbm, compute) + self.unsplit_time(batch) + self.allreduce_time(batch)
+        return gpu + self._decode_fixed
+
+    # ------------------------------------------------------------------ attention-DP lockstep
+
+    def group_prefill(self, chunks: Iterable[tuple[int, int]]) -> GroupWork:
+        """A group's prefill batch of ``(new_tokens, cached_context_tokens)`` chunks as lockstep work."""
+        tokens = 0
+        pairs = 0.0
+        context = 0
+        kernel_bytes = 0.0
+        rule = bool(self.params.attn_tile_rows)
+        for n, c in chunks:
+            tokens += n
+            pairs += n * c + n * (n + 1) / 2.0
+            context += c
+            if rule:
+                kernel_bytes += self._chunk_attention_bytes(n, c)
+        return GroupWork(tokens, pairs, context, kernel_bytes, extend=True)
+
+    def group_decode(self, batch_size: int, kv_tokens: int) -> GroupWork:
+        """A group's decode batch as lockstep work (each request attends its KV once)."""
+        return GroupWork(batch_size, float(kv_tokens), float(kv_tokens))
+
+    def lockstep_rows(self, tokens: Sequence[int], extend: bool, attn_tp: int) -> int:
+        """Rows of the buffer the groups gather for the MLP (SGLang 0.5.23 ``prepare_mlp_sync_batch``
+        and ``DpPaddingMode.get_dp_padding_mode``): each group's tokens rounded up to a multiple of
+        ``attn_tp``; summed (SUM_LEN) when any group extends, or when no group is idle and the summed
+        bf16 rows fit the custom all-reduce; else padded to the largest group's (MAX_LEN, ``max x
+        groups``) when that costs at most twice the sum."""
+        aligned = [-(-t // attn_tp) * attn_tp for t in tokens]
+        total, most, width = sum(aligned), max(aligned), len(aligned)
+        if extend or width <= 1:
+            return total
+        nbytes = total * self._ar_bytes_per_token
+        custom = KERNELS.get(allreduce_kernel(self._ar, nbytes, self.params.tp)).custom
+        if min(aligned) > 0 and custom:
+            return total
+        return most * width if total * 2 >= most * width else total
+
+    def lockstep_time(self, groups: Sequence[GroupWork], attn_tp: int) -> float:
+        """GPU seconds of one lockstep step of every attention-DP group (see the module docstring): the
+        slowest group's attention beside the MLP over every group's rows, the gather and scatter, and the
+        host floor when any group extends (the step runs eager) or the decode graph's fixed cost."""
+        extend = any(g.extend for g in groups)
+        rows = self.lockstep_rows([g.tokens for g in groups], extend, attn_tp)
+        if rows == 0:
+            return 0.0
+        p = self.params
+        linear = self.linear_time(rows)
+        weights = self.weights_read(rows)
+        slowest = 0.0
+        for g in groups:
+            if g.extend and p.attn_tile_rows:
+                attention = max(self._attn * g.pairs / self._attention, g.kernel_bytes / self._hbm)
+                gpu = max(linear, weights / self._hbm) + attention
+            else:
+                compute = linear + self._attn * g.pairs / self._attention
+                gpu = max(compute, (weights + g.kv_read * p.kv_bytes_per_token) / self._hbm)
+            slowest = max(slowest, gpu)
+        gpu = slowest + self.unsplit_time(rows) + self.allreduce_time(rows)
+        if extend:
+            return max(gpu, self._prefill_floor)
         return gpu + self._decode_fixed

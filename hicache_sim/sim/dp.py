@@ -15,9 +15,12 @@ queues and KV use (SGLang reads the snapshot each scheduler last published, afte
 every 15th decode batch and when idle: the simulator reads the state itself, throttled to SGLang's
 20 ms like the real reads).
 
-Not modelled: attention-DP ranks run their MLP / MoE together (every group steps in lockstep, an idle
-one with an empty batch, and the experts see every group's tokens); here each rank steps on its own, at
-the step time of its own batch on the whole tp group. The weights per GPU are those of plain TP.
+Attention-DP groups (``attn_dp`` > 1) run their MLP / MoE together: every forward is one collective step
+of all groups, an idle group with an empty batch, and the experts see every group's tokens. Their
+schedulers are driven by one :class:`~hicache_sim.sim.lockstep.Lockstep` loop instead of a process each
+(``--dp-size`` replicas stay independent, as SGLang runs them). Not modelled: pipeline stages under
+attention DP (``pp`` > 1: each group steps on its own) and the weights per GPU, which are those of plain
+TP (attention weights are split over the group only in SGLang).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ..workloads.workload import MAX_CLOCK_S
 from .arrivals import arrivals_for
 from .compute import StepTimeModel
 from .events import Inbox
+from .lockstep import Lockstep
 from .metrics import RequestRecord
 from .requests import SimRequest
 from .world import RequestLedger, SimulationError, TimedResult, World
@@ -49,9 +53,10 @@ class RankWorld(World):
     """One DP rank: a World on a shared clock with no arrivals of its own; its done requests go to the
     :class:`DPWorld` in front."""
 
-    def __init__(self, front: DPWorld, rank: int, resolved: HasSimConfig, **kw: Any) -> None:
+    def __init__(self, front: DPWorld, rank: int, resolved: HasSimConfig, *, lockstep: bool = False, **kw: Any) -> None:
         self.front = front
         self.rank = rank
+        self.runs_own_scheduler = not lockstep  # the front's Lockstep drives it
         super().__init__(resolved, Workload([]), **kw)
 
     def _done(self, r: SimRequest) -> None:
@@ -97,12 +102,15 @@ class DPWorld(RequestLedger):
         self.progress = progress
         self.env = env = simpy.Environment()
         n_ranks = cfg.dp_ranks
+        # Attention-DP groups step together (one loop for all, started after the ranks, before the arrivals).
+        lockstep = cfg.attn_dp > 1 and cfg.compute.pp == 1
         # Ranks are built (and their scheduler processes started) in rank order: same-time order is fixed.
         self.ranks = [
             RankWorld(
                 self,
                 k,
                 cfg,
+                lockstep=lockstep,
                 compute=compute,
                 check_invariants=check_invariants,
                 keep_transfers=keep_transfers,
@@ -110,6 +118,11 @@ class DPWorld(RequestLedger):
             )
             for k in range(n_ranks)
         ]
+        self.lockstep = (
+            Lockstep(env, [rank.scheduler for rank in self.ranks], self.ranks[0].compute, cfg.compute.tp // cfg.attn_dp)
+            if lockstep
+            else None
+        )
         self.shared_store = share_store(self.ranks, env)
         self.router: Router = ROUTERS.get(cfg.load_balance_method)(n_ranks)
         self.page = cfg.cache.page_size

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,17 +192,30 @@ class Scheduler:
 
     def run(self) -> Generator[simpy.Event, object, None]:
         while True:
-            self._housekeeping()
-            step = self._plan()
+            step = self.next_step()
             if step is None:
-                if not self.decoding and self.chunked is None and not self.in_flight:
-                    # SGLang's idle self-check re-initialises the estimate: the next burst starts cautious.
-                    self.new_token_ratio = self.policy.init_new_token_ratio
+                self.at_rest()
                 self._idle = self.env.event()
                 yield self._idle
                 self._idle = None
                 continue
             yield from self._execute(step)
+
+    def next_step(self) -> Step | None:
+        """One loop turn up to the batch: apply the inbox, then form the next batch (None: nothing to run)."""
+        self._housekeeping()
+        return self._plan()
+
+    def at_rest(self) -> None:
+        """No batch this turn: SGLang's idle self-check re-initialises the estimate when nothing runs,
+        so the next burst starts cautious."""
+        if not self.decoding and self.chunked is None and not self.in_flight:
+            self.new_token_ratio = self.policy.init_new_token_ratio
+
+    def sleep_on(self, ev: simpy.Event | None) -> None:
+        """Wait on ``ev`` (None: awake): :meth:`wake` triggers it. The attention-DP lockstep gives all
+        its groups one event, so a post to any of them resumes the step loop."""
+        self._idle = ev
 
     def _housekeeping(self) -> None:
         cache = self.cache
@@ -535,6 +548,12 @@ class Scheduler:
             t0 = yield from self._decode_run(step, t0, overhead, unhidden)
         else:
             yield env.timeout(unhidden)
+        self.end_step(step, t0, gpu)
+
+    def end_step(self, step: Step, t0: float, gpu: float) -> None:
+        """The step that started at ``t0`` (``gpu`` seconds of compute) ended now: its counters and
+        post-processing (also called by the attention-DP lockstep, :mod:`.lockstep`)."""
+        env = self.env
         self.counters["steps"] += 1
         self.counters["busy_s"] += env.now - t0
         if step.kind == "prefill" and self.pp > 1:
@@ -612,12 +631,23 @@ class Scheduler:
     ) -> Generator[simpy.Event, object, None]:
         """Layer i computes once layer i arrived and layer i - 1 is done; charge what is not hidden."""
         env = self.env
-        compute = self.compute
         load = self.transport.start_layered(step.loads)
         yield load.done
+        f = self.loaded_compute_end(step, load.arrivals, t1, gpu, unhidden)
+        if f > env.now:
+            yield env.timeout(f - env.now)
+
+    def loaded_compute_end(
+        self, step: Step, arrivals: Sequence[float | None], t1: float, gpu: float, unhidden: float
+    ) -> float:
+        """When the step's compute ends given its layers' arrival times (layer i computes once it
+        arrived and layer i - 1 is done); the stall past ``t1 + unhidden`` is charged to the requests
+        that loaded."""
+        env = self.env
+        compute = self.compute
         per_layer = gpu / compute.num_layers
         f = t1 + compute.step_overhead_s
-        for a in load.arrivals:
+        for a in arrivals:
             f = max(f, a if a is not None else env.now) + per_layer
         stall = max(0.0, f - (t1 + unhidden))
         self.counters["load_stall_s"] += stall
@@ -625,8 +655,7 @@ class Scheduler:
             if c.req.loaded_now:
                 c.req.rec.load_wait_s += stall
                 c.req.loaded_now = False
-        if f > env.now:
-            yield env.timeout(f - env.now)
+        return f
 
     def _chunk_progress(self, c: Chunk) -> None:
         """The first (or only) stage is done with chunk ``c``: its request's progress, and the request

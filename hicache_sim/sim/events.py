@@ -7,7 +7,7 @@ where SimPy itself starts a process), so at one simulated time the order is:
 1. the time-series samples due: ``World.run`` takes every grid point up to the next event's time
    before stepping it, so a sample at ``t`` sees what the events before ``t`` left;
 2. process starts (SimPy's ``URGENT`` Initialize), in the order the world starts them (scheduler before
-   arrivals; DP ranks in rank order);
+   arrivals; DP ranks in rank order, attention-DP groups' common loop after them);
 3. every other event at ``NORMAL``, in the order it was scheduled: arrivals, a request reaching the
    scheduler after its overhead, link firings (acknowledgements), storage query answers, timers
    (prefetch timeouts, pipeline stages), the scheduler's own steps and wake-ups, bench_serving's slots.
@@ -54,6 +54,7 @@ class SameTime:
 SAME_TIME_ORDER: tuple[SameTime, ...] = (
     # URGENT: SimPy's process start (Initialize), in the order the world starts its processes.
     SameTime("world.World.__init__", URGENT, "the scheduler process starts (before the arrivals)"),
+    SameTime("lockstep.Lockstep.__init__", URGENT, "the attention-DP groups' common step loop starts"),
     SameTime("arrivals.OpenLoop.__init__", URGENT, "the trace's arrival process starts"),
     SameTime("arrivals.ClosedLoop.__init__", URGENT, "bench_multiturn's sender starts"),
     SameTime("arrivals.ClosedLoop.on_done", URGENT, "a client's pause before its next turn starts"),
@@ -78,6 +79,8 @@ SAME_TIME_ORDER: tuple[SameTime, ...] = (
     SameTime("engine.Scheduler._execute", NORMAL, "a step's compute ends"),
     SameTime("engine.Scheduler._execute.<locals>.unblock", NORMAL, "the blocking write-back copies ended"),
     SameTime("engine.Scheduler._decode_run", NORMAL, "a run of quiet decode steps ends"),
+    SameTime("lockstep.Lockstep._step", NORMAL, "the attention-DP groups' common step ends"),
+    SameTime("lockstep.Lockstep._step.<locals>.unblock", NORMAL, "every group's blocking write-back copies ended"),
     SameTime("engine.Scheduler._overlap_loads", NORMAL, "the compute a load-back left unhidden ends"),
     SameTime(
         "engine.Scheduler._send_down_the_pipeline", NORMAL, "a micro-batch leaves the last stage", Inbox.PREFILL_DONE

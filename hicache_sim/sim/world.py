@@ -113,6 +113,9 @@ class RequestLedger:
 class World(RequestLedger):
     """Wiring of one timed simulation (see module docstring)."""
 
+    #: False for an attention-DP rank: the lockstep (sim/lockstep.py) drives its scheduler instead.
+    runs_own_scheduler = True
+
     def __init__(
         self,
         resolved: HasSimConfig,
@@ -189,7 +192,8 @@ class World(RequestLedger):
         ts = self.timeseries
         self.scheduler.horizon = lambda: min(env.peek(), ts.next_s)
         self.arrivals = arrivals_for(env, workload, self._deliver)
-        env.process(self.scheduler.run())
+        if self.runs_own_scheduler:
+            env.process(self.scheduler.run())
 
     # --------------------------------------------------------------------------- requests
 
