@@ -17,7 +17,7 @@ from hicache_sim.output import saturation as sat
 from hicache_sim.output.columns import Columns
 from hicache_sim.output.plots import saturation_note, ttft_figure
 from hicache_sim.runner import simulate
-from hicache_sim.scenario import build_scenario
+from hicache_sim.scenario import build_scenario, resolve
 
 # 4,096-token prompts that share nothing (no hits: every request costs the same prefill) and 128-token
 # answers on one H200: the compute model serves 7.52 requests/s. Poisson arrivals, 400 requests.
@@ -215,3 +215,15 @@ def test_the_readme_run_prints_what_the_readme_quotes(tmp_path):
     assert r.exit_code == 0, r.output
     printed = r.output.splitlines()
     assert len(quoted) == 2 and all(line in printed for line in quoted), (quoted, printed)
+
+
+@pytest.mark.parametrize(("hardware", "lanes"), [({"tp": 2, "attn_dp": 2}, 1), ({"dp": 2}, 2)])
+def test_capacity_under_data_parallel_is_what_a_saturated_run_serves(hardware, lanes):
+    """Replicas (--dp-size) each serve on GPUs of their own; attention-DP groups share every step's GPUs
+    (sim/lockstep.py: one MLP over all groups' rows), so their capacity is not the groups' count times a
+    group's: the compute model's capacity is what the saturated run serves either way."""
+    data = scenario(FAR_ABOVE) | {"hardware": {"gpu": "h200", **hardware}}
+    s = simulate(build_scenario(data, "test", [])).summary["saturation"]
+    assert s["capacity"]["requests_per_s"] == pytest.approx(s["served"]["requests_per_s"], rel=0.05)
+    demand = sat.demand_model(resolve(build_scenario(data, "test", [])), 4096 + 128)
+    assert demand.groups == 3 - lanes  # the lockstep's groups share a step; the replicas do not

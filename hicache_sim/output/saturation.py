@@ -121,14 +121,33 @@ def _budget(r: Resolved) -> int:
 
 
 class Demand:
-    """GPU seconds per request at full batching, from a compute model (memoised by request shape)."""
+    """GPU seconds per request at full batching, from a compute model (memoised by request shape).
 
-    def __init__(self, compute, budget: int, decode_batch: int) -> None:
+    With ``groups`` attention-DP groups stepping in lockstep (``sim/lockstep.py``), a step is one
+    collective over the tp GPUs: every group's attention side by side, one MLP over all their rows. A
+    request's share of it is a balanced step of ``groups`` such batches divided by ``groups``: its MLP
+    work is not parallel across groups the way a replica's is, only its attention is."""
+
+    def __init__(self, compute, budget: int, decode_batch: int, groups: int = 1, attn_tp: int = 1) -> None:
         self.compute = compute
         self.budget = max(1, budget)
         self.batch = max(1, decode_batch)
         self.overhead = compute.step_overhead_s
+        self.groups = max(1, groups)
+        self.attn_tp = max(1, attn_tp)
         self._memo: dict[tuple[int, int, int], float] = {}
+
+    def _prefill_step(self, chunks: list[tuple[int, int]]) -> float:
+        if self.groups == 1:
+            return self.compute.prefill_time(chunks)
+        work = self.compute.group_prefill(chunks)
+        return self.compute.lockstep_time([work] * self.groups, self.attn_tp)
+
+    def _decode_step(self, batch: int, kv_tokens: int) -> float:
+        if self.groups == 1:
+            return self.compute.decode_step_s(batch, kv_tokens)
+        work = self.compute.group_decode(batch, kv_tokens)
+        return self.overhead + self.compute.lockstep_time([work] * self.groups, self.attn_tp)
 
     def __call__(self, prompt: int, cached: int, output: int) -> float:
         key = (prompt, cached, output)
@@ -141,12 +160,12 @@ class Demand:
         new = prompt - c
         t = 0.0
         while new >= self.budget:
-            t += self.compute.prefill_time([(self.budget, c)]) + self.overhead
+            t += (self._prefill_step([(self.budget, c)]) + self.overhead) / self.groups
             c += self.budget
             new -= self.budget
         if new:
             k = self.budget // new
-            t += (self.compute.prefill_time([(new, c)] * k) + self.overhead) / k
+            t += (self._prefill_step([(new, c)] * k) + self.overhead) / (k * self.groups)
         return t
 
     def _decode(self, prompt: int, output: int) -> float:
@@ -154,7 +173,7 @@ class Demand:
             return 0.0
         b = self.batch
         ctx = prompt + output // 2
-        return (output - 1) * self.compute.decode_step_s(b, b * ctx) / b
+        return (output - 1) * self._decode_step(b, b * ctx) / (b * self.groups)
 
 
 def demand_model(r: Resolved, mean_tokens: float) -> Demand:
@@ -163,7 +182,9 @@ def demand_model(r: Resolved, mean_tokens: float) -> Demand:
     from ..sim.compute import ComputeModel
 
     batch = min(r.max_running_requests, max(1, int(r.device_tokens // max(1.0, mean_tokens))))
-    return Demand(ComputeModel.from_resolved(r), _budget(r), batch)
+    hw = r.scenario.hardware
+    groups = hw.attn_dp if hw.pp == 1 else 1  # as sim/dp.py: pipeline stages do not step together
+    return Demand(ComputeModel.from_resolved(r), _budget(r), batch, groups, hw.tp // hw.attn_dp)
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float | None:
@@ -205,9 +226,11 @@ def saturation_block(
         hit = sum(np.asarray(finished[f"{t}_hit_tokens"], dtype=np.int64) for t in ("device", "host", "storage"))
         dm = demand_model(r, float((p + o).mean()))
         work = math.fsum(dm(int(a), int(b), int(c)) for a, b, c in zip(p, hit, o, strict=True))
-        # Each data-parallel rank serves its share on GPUs of its own: the ranks together serve dp_ranks x.
-        capacity_rps = r.dp_ranks * len(finished) / work if work > 0 else None
-        capacity_tps = r.dp_ranks * float(p.sum()) / work if work > 0 else None
+        # Each replica (--dp-size) serves its share on GPUs of its own; attention-DP groups share each step's
+        # GPUs, which the demand model already divides among them.
+        lanes = r.dp_ranks // dm.groups
+        capacity_rps = lanes * len(finished) / work if work > 0 else None
+        capacity_tps = lanes * float(p.sum()) / work if work > 0 else None
         if capacity_rps and offered_rps is not None:
             util = offered_rps / capacity_rps
     slope = None
