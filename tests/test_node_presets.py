@@ -106,6 +106,25 @@ def test_from_sglang_keeps_the_preset_name_in_the_scenario(tmp_path):
     assert "of 2048.0 GiB on the node" in again.output
 
 
+def test_from_sglang_runs_on_the_node_presets_gpu_unless_told(tmp_path):
+    """A node preset names its GPUs: without --gpu the scenario runs on them (not the h200 default), and
+    the auto-sizing note that asks for the node's memory is not printed when it was given."""
+    out = tmp_path / "s.yaml"
+    line = [*LAUNCH, "--tp", "8", "--enable-hierarchical-cache", "--page-size", "64"]
+    r = invoke("from-sglang", "--out", out, "--node-memory", "p4de.24xlarge", "--", *line)
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load(out.read_text())["hardware"]["gpu"] == "a100"
+    assert "has a100 GPUs" not in r.output and "set hardware.host_memory_gib" not in r.output
+    told = invoke(
+        "from-sglang", "--out", tmp_path / "t.yaml", "--gpu", "h100", "--node-memory", "p4de.24xlarge", "--", *line
+    )
+    assert yaml.safe_load((tmp_path / "t.yaml").read_text())["hardware"]["gpu"] == "h100"
+    assert "node preset p4de.24xlarge has a100 GPUs, the scenario runs on h100" in told.output
+    bare = invoke("from-sglang", "--out", tmp_path / "u.yaml", "--", *line)
+    assert yaml.safe_load((tmp_path / "u.yaml").read_text())["hardware"]["gpu"] == "h200"
+    assert "set hardware.host_memory_gib to model that" in bare.output
+
+
 def test_advise_caps_at_what_the_preset_node_holds(tmp_path):
     """Llama-3.1-8B at TP 8 (16384 B per token per rank) on an ND A100 v4 (900 GiB): the largest whole
     GB per rank whose 8 pools fit 900 GiB less the reserve."""

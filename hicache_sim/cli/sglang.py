@@ -13,6 +13,8 @@ from . import app
 from .common import UserError, output_errors, user_errors
 from .nodememory import NODE_MEMORY_HELP, node_memory_option
 
+DEFAULT_GPU = "h200"  # the GPU from-sglang assumes when neither --gpu nor a node preset names one
+
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder, renamed into place."""
@@ -56,7 +58,12 @@ def from_sglang(
         "(or one quoted string)",
     ),
     out: Path | None = typer.Option(None, "--out", metavar="FILE", help="scenario YAML to write (default: stdout)"),
-    gpu: str = typer.Option("h200", "--gpu", metavar="NAME", help="GPU preset the server runs on"),
+    gpu: str | None = typer.Option(
+        None,
+        "--gpu",
+        metavar="NAME",
+        help="GPU preset the server runs on (default: a --node-memory preset's GPU, else h200)",
+    ),
     preset: str | None = typer.Option(
         None, "--preset", metavar="NAME", help="model preset, for a --model-path not known by name"
     ),
@@ -78,6 +85,8 @@ def from_sglang(
             _check_out(out)
         given = node_memory_option(node_memory)  # a preset stays a name in the scenario; local is read now
         node_value = None if given is None else given.node.name if given.node else given.gib
+        if gpu is None:  # the node preset names its GPUs; without one, the default
+            gpu = given.node.gpu if given is not None and given.node else DEFAULT_GPU
         conv = from_command(command, gpu=gpu, preset=preset, name=name, mode=mode, node_memory_gib=node_value)
         text = scenario_yaml(conv, command)
     hw = conv.scenario.hardware

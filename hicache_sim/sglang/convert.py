@@ -73,7 +73,7 @@ def from_command(
     if gpu not in GPUS:
         raise SglangArgsError(f"--gpu {gpu}: unknown GPU preset; known: {', '.join(GPUS.names())}")
     parsed = parse_command(argv)
-    ctx = ReadContext(parsed.args, GPUS.get(gpu).memory_mib, preset, list(parsed.notes))
+    ctx = ReadContext(parsed.args, GPUS.get(gpu).memory_mib, preset, list(parsed.notes), node_memory_gib is not None)
     data: dict = {
         "name": name,
         "description": f"From an SGLang {SGLANG_VERSION} launch command (hicache-sim from-sglang)",

@@ -55,6 +55,7 @@ class ReadContext:
     memory_mib: float
     preset: str | None = None  # the user's --preset for a model this does not know by name
     notes: list[str] = field(default_factory=list)
+    node_memory: bool = False  # the node's memory was given (--node-memory): auto-sizing is modelled
 
     @property
     def hicache(self) -> bool:
@@ -399,7 +400,7 @@ def _fraction_read(ctx: ReadContext) -> dict[str, Any]:
     if not 0 < value <= 1:
         raise SglangArgsError(f"{_FRACTION_FLAG}: expected a fraction in (0, 1], got {raw!r}")
     sized = any(ctx.args.get(f) not in (None, "0") for f in ("--hicache-ratio", "--hicache-size"))
-    if not sized:
+    if not sized and not ctx.node_memory:
         ctx.notes.append(
             f"host pool: SGLang shrinks its default ratio until the host pools fit {value} of this machine's "
             "memory less 10 GiB; set hardware.host_memory_gib to model that (without it the ratio stays)"
