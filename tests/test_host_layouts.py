@@ -21,10 +21,12 @@ LLAMA = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Ins
 
 def test_page_head_moves_one_piece_per_token_head_and_k_or_v():
     # 3 pages of 64 tokens, 32 layers, 2 KV heads a rank, K and V: the page-head kernel copies each
-    # (token, head, layer) of K and of V on its own; page_first moves one run per page, layer and K / V.
+    # (token, head, layer) of K and of V on its own; page_first and page_first_direct move one run per
+    # page, layer and K / V (page_first_direct's kv dimension is outermost: K and V lie apart).
     assert segments_for(3, "page_head", 32, 2, page_size=64, heads=2) == 3 * 32 * 64 * 2 * 2
     assert segments_for(3, "page_first", 32, 2, page_size=64, heads=2) == 3 * 32 * 2
-    assert segments_for(3, "page_first_direct", 32, 2, page_size=64, heads=2) == 3 * 32
+    assert segments_for(3, "page_first_direct", 32, 2, page_size=64, heads=2) == 3 * 32 * 2
+    assert segments_for(3, "page_first_direct", 32, 1, page_size=64, heads=1) == 3 * 32  # MLA: one buffer
     assert segments_for(3, "page_head", 32, 2, layers=1, page_size=64, heads=2) == 3 * 64 * 2 * 2
 
 

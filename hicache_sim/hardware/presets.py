@@ -288,12 +288,14 @@ for _lay in (
             )
         },
     ),
-    # [kv, page, layer, token, head, dim]: one cudaMemcpy per page and layer (K and V of it together).
+    # [kv, page, layer, token, head, dim]: one copy per page, layer and K / V (kv outermost: K and V of a
+    # page's layer lie apart; SGLang 0.5.10 memory_pool_host.py L354-361, 0.5.23 pool_host/mha.py; the
+    # kernel's batched copy lists 2 x pages pieces a layer, MLA's one buffer 1 x pages).
     HostLayout(
         "page_first_direct",
         ("direct",),
         ("mha", "mla"),
-        lambda kv, page, heads: 1,
+        lambda kv, page, heads: kv,
         rewrites={
             "kernel": (
                 "direct",

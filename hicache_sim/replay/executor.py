@@ -5,8 +5,8 @@ Two io backends, as SGLang has them (reference 3.6):
 - ``kernel``: one batched gather on the source side (``index_select`` over page indices into a
   staging buffer), one bulk copy, one batched scatter on the destination side (``index_copy_``).
   Its cost grows with bytes, barely with the number of pages.
-- ``direct``: one ``copy_`` per contiguous piece (page x layer x K/V; page x layer for
-  page_first_direct), the pieces ``linkmodel.segments_for`` counts. Its cost grows with pieces.
+- ``direct``: one ``copy_`` per contiguous piece (page x layer x K/V), the pieces
+  ``linkmodel.segments_for`` counts. Its cost grows with pieces.
 
 H2D load-back runs per layer by default (SGLang loads layer by layer so prefill can start on layer
 0), or whole; D2H backup moves all layers at once. On CUDA each direction has its own stream, the

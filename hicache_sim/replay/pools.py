@@ -182,12 +182,11 @@ REPLAY_LAYOUTS: dict[str, ReplayLayout] = {
         ),
         lambda buf, slot, p: buf[:, slot * p : (slot + 1) * p].permute(0, 2, 1, 3, 4),
     ),
-    # (kv, pages, L, page, H, D): per-layer page chunks for direct IO.
+    # (kv, pages, L, page, H, D): per-layer page chunks for direct IO, K and V apart (kv outermost).
     "page_first_direct": ReplayLayout(
         lambda s, n: (s.kv_factor, n, s.num_layers, s.page_size, s.heads, s.head_dim),
         lambda buf, s, n: buf.permute(0, 2, 1, 3, 4, 5),
         lambda buf, slot, p: buf[:, slot],
-        joint_kv=True,
     ),
 }
 
