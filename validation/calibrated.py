@@ -84,7 +84,7 @@ MISSES = {
         "than the GEMMs (1.16x against 1.40x at its x 0.7155, so GPU-only round 0 goes +4.7% -> +44.7%), but "
         "fitting the GPU-only run on two figures instead "
         "(round 0 -> linear_mfu, the mean -> the kernel's hbm_efficiency; the split-fit diagnostic) leaves + SSD at "
-        "-34.8%. Nor the admission budget (0.5.10's PrefillAdder charges a request's host hit as the simulator "
+        "-34.5%. Nor the admission budget (0.5.10's PrefillAdder charges a request's host hit as the simulator "
         "does), nor the SGLang version's cache code: the case now runs 0.5.10's HiRadixCache variants (whole-need "
         "eviction, prefetch pages taken at issue, no re-issue, ...: -39.8% -> -39.7%). What the store rounds have "
         "and the GPU-only run has not is loading the hit prefix into the GPU: their calibrated deficit grows with "
