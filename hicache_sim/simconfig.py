@@ -179,6 +179,23 @@ class SchedulerPolicy:
 
 
 @dataclass(frozen=True)
+class SideCopy:
+    """A host pool beside the KV pool whose rows every PCIe copy moves with the KV, as SGLang 0.5.23's
+    cache controller does (``mem_cache/hybrid_cache/hybrid_cache_controller.py`` ``_l2_transfers``,
+    ``_l2_load_transfers``): a packed MTP draft's layers, a DSA indexer's keys, a draft's own pool.
+    ``bytes_per_token``: what it adds to each token a transfer moves (already in the cache's
+    ``bytes_per_page``); ``layers``: its layers, each one more per-layer copy of a load-back; ``pieces``:
+    contiguous pieces per page and layer; ``own_copy``: a copy operation of its own (a pool of its own
+    is one more launch of a backup; packed rows ride in the KV pool's)."""
+
+    name: str
+    bytes_per_token: int
+    layers: int
+    pieces: int
+    own_copy: bool
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """Everything one timed world (one DP rank, and the controller in front of the ranks) reads.
     Sizes per GPU rank; units: bytes/s, seconds."""
@@ -202,6 +219,7 @@ class SimConfig:
     dp_ranks: int = 1  # data-parallel ranks, each a world of its own behind the controller
     attn_dp: int = 1  # attention-DP groups among them: they step in lockstep (sim/lockstep.py)
     load_balance_method: str = "round_robin"  # the controller's router (core/routing.py)
+    side_copies: tuple[SideCopy, ...] = ()  # host pools beside the KV pool each PCIe copy moves too
 
     def sim_config(self) -> SimConfig:
         """Itself: a SimConfig is accepted wherever a resolved scenario is."""

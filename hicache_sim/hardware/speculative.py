@@ -89,7 +89,9 @@ NOT_MODELLED = {
 class DraftKV:
     """The draft on one rank: ``device_bpt`` bytes per token added to the target's device cell,
     ``host_bpt`` mirrored per host token, ``packed`` into the target's host KV pool (else a host pool
-    of its own), and ``weight_bytes`` of its weights resident when SGLang profiles the memory."""
+    of its own), and ``weight_bytes`` of its weights resident when SGLang profiles the memory.
+    ``kv_tensors`` and ``kv_heads``: one host row's KV tensors per layer (K and V, or MLA's latent) and
+    KV heads on the rank, what a copy of the draft's pages moves apart (``resolve.side_copies``)."""
 
     algorithm: str
     layers: int
@@ -97,6 +99,8 @@ class DraftKV:
     host_bpt: int
     packed: bool
     weight_bytes: float = 0.0
+    kv_tensors: int = 1
+    kv_heads: int = 1
 
     @property
     def packed_bpt(self) -> int:
@@ -170,7 +174,9 @@ def draft_kv(
     target_bpt = kv_bytes_per_token(_dims(target.attention, target, dtype, stage_layers), attn_tp)
     device = int(target_bpt * draft.layers / stage_layers) if algo.draft_kv else 0
     host = kv_bytes_per_token(_dims(draft.attention, draft, dtype, draft.layers), attn_tp)
-    return DraftKV(algo.name, draft.layers, device, host, algo.packs_mtp and draft.mtp, weights)
+    mla = draft.attention == "mla"
+    tensors, heads = (1, 1) if mla else (2, max(1, draft.num_kv_heads // attn_tp))
+    return DraftKV(algo.name, draft.layers, device, host, algo.packs_mtp and draft.mtp, weights, tensors, heads)
 
 
 def _dims(attention: str, shape: ModelPreset | DraftConfig, dtype: str, layers: int) -> ModelDims:

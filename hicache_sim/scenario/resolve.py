@@ -16,7 +16,7 @@ from ..core.sizing import ModelDims, dsa_indexer_bytes_per_token, host_pool_toke
 from ..core.stores import STORE_MODELS
 from ..hardware.calibration import COMPUTE_FIELDS, Calibration, load_calibration
 from ..hardware.commmem import in_use_before_weights_mib
-from ..hardware.linkmodel import LinkParams
+from ..hardware.linkmodel import LinkParams, segments_for
 from ..hardware.memory import (
     GIB,
     MIB,
@@ -36,7 +36,7 @@ from ..hardware.presets import (
     effective_io,
 )
 from ..hardware.speculative import NO_DRAFT, DraftKV, draft_kv, running_default
-from ..simconfig import SimConfig
+from ..simconfig import SideCopy, SimConfig
 from .load import resolve_builtin
 from .schema import AUTO, CacheSpec, HardwareSpec, Scenario
 
@@ -74,6 +74,9 @@ class Resolved:
     calibration: Calibration | None = None
     warnings: list[str] = field(default_factory=list)
     draft: DraftKV = NO_DRAFT  # speculative decoding's draft KV per token (hardware/speculative.py)
+    # Host pools beside the KV pool that every transfer moves with it (side_copies): their bytes are in
+    # cache.bytes_per_page and the store's page, not in bytes_per_token / page_bytes (the KV pool's).
+    side_copies: tuple[SideCopy, ...] = ()
 
     def __post_init__(self) -> None:
         self.stage_layers = self.stage_layers or self.model.num_layers
@@ -82,7 +85,13 @@ class Resolved:
 
     @property
     def page_bytes(self) -> int:
+        """One page of the KV pool (the target's KV only; a transfer moves ``transfer_page_bytes``)."""
         return self.bytes_per_token * self.cache.page_size
+
+    @property
+    def transfer_page_bytes(self) -> int:
+        """What one page's transfer moves and a store keeps: the KV and every pool beside it."""
+        return self.cache.bytes_per_page
 
     @property
     def kv_factor(self) -> int:
@@ -91,9 +100,7 @@ class Resolved:
     @property
     def kv_heads_per_rank(self) -> int:
         """KV heads one rank's pool holds (MLA: its one latent), what a page_head copy moves apart."""
-        if self.model.attention == "mla":
-            return 1
-        return max(1, self.model.num_kv_heads // attn_tp(self.scenario.hardware))
+        return kv_heads(self.model, self.scenario.hardware)
 
     @property
     def dp_ranks(self) -> int:
@@ -422,15 +429,17 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     # A packed draft widens the host KV pool's rows; a draft pool of its own is counted by auto-sizing.
     host_side_bpt = indexer_bytes_per_token(model, stage_layers) + draft.own_pool_bpt
     host_tokens = _host_tokens(sc, device_tokens, bpt + draft.packed_bpt, warnings, host_side_bpt)
-    storage = _storage(sc, bpt, model)
-    check_dp_mode(sc, storage)
-    policy = _write_policy(sc.cache, warnings)
-    cache = _cache_config(sc.cache, policy, device_tokens, host_tokens, storage, bpt, strict)
-    cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
     store = STORAGE.get(sc.cache.storage_backend).sglang_backend if sc.cache.storage_backend != "none" else ""
     io, layout, note = effective_io(
         sc.cache.io_backend, sc.cache.mem_layout, store, sc.cache.semantics, attention=model.attention
     )
+    sides = side_copies(model, draft, stage_layers, layout, sc.cache.page_size, kv_heads(model, hw))
+    moved_bpt = bpt + sum(c.bytes_per_token for c in sides)  # what a transfer and a stored page carry
+    storage = _storage(sc, moved_bpt, model)
+    check_dp_mode(sc, storage)
+    policy = _write_policy(sc.cache, warnings)
+    cache = _cache_config(sc.cache, policy, device_tokens, host_tokens, storage, moved_bpt, strict)
+    cal = load_calibration(resolve_builtin(hw.calibration, "calibration")) if hw.calibration else None
     if note:
         warnings.append(note)
     timed_links = cal is not None and sc.mode == "timed"  # instant mode moves no bytes over a link
@@ -462,6 +471,7 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
         calibration=cal,
         warnings=warnings,
         draft=draft,
+        side_copies=sides,
     )
 
 
@@ -595,6 +605,63 @@ def sglang_ranks_per_host(hw: HardwareSpec) -> int:
 def indexer_bytes_per_token(model: ModelPreset, layers: int) -> int:
     """The DSA indexer bytes of one token over ``layers`` layers (0: the model has no indexer)."""
     return dsa_indexer_bytes_per_token(model.index_head_dim, layers)
+
+
+def kv_heads(model: ModelPreset, hw: HardwareSpec) -> int:
+    """KV heads one rank's pool holds (MLA: its one latent), what a page_head copy moves apart."""
+    if model.attention == "mla":
+        return 1
+    return max(1, model.num_kv_heads // attn_tp(hw))
+
+
+def _packed_draft(model: ModelPreset, draft: DraftKV, layers: int, pieces: int) -> SideCopy | None:
+    """An MTP draft packed into the KV pool's rows (``pool_host/mla.py``: ``layer_num`` = target + draft
+    layers): its rows ride in the KV pool's page and its backup kernel; a load copies each draft layer
+    on its own (``_l2_load_transfers``, ``is_draft``)."""
+    if not draft.packed_bpt:
+        return None
+    return SideCopy("MTP draft", draft.packed_bpt, draft.layers, pieces, own_copy=False)
+
+
+def _indexer(model: ModelPreset, draft: DraftKV, layers: int, pieces: int) -> SideCopy | None:
+    """DSA indexer keys: a pool of its own whose indices follow the KV pool's (``pool_host/dsa.py``
+    ``DSAIndexerPoolHost``, ``SidecarPoolSpec(INDEXER, KV)``), copied page by page: one piece per page and
+    layer (``_get_indexer_page_indices``)."""
+    per_token = indexer_bytes_per_token(model, layers)
+    return SideCopy("DSA indexer", per_token, layers, 1, own_copy=True) if per_token else None
+
+
+def _draft_pool(model: ModelPreset, draft: DraftKV, layers: int, pieces: int) -> SideCopy | None:
+    """A draft's host pool of its own (``hybrid_pool_assembler.py`` ``build_full_draft_pools``:
+    ``SidecarPoolSpec(DRAFT, KV)``), in the KV pool's layout with the draft's own row."""
+    if not draft.own_pool_bpt:
+        return None
+    return SideCopy("draft", draft.own_pool_bpt, draft.layers, pieces, own_copy=True)
+
+
+#: Pools beside the KV pool that SGLang 0.5.23 moves with every page (D2H backup, H2D load-back, storage
+#: backup and prefetch), each built from the model, the draft, the stage's layers and the pieces per page
+#: and layer of its row (the KV row's for a packed draft, the draft's for its own pool).
+SIDE_COPIES = (
+    (_packed_draft, "kv"),
+    (_indexer, "kv"),
+    (_draft_pool, "draft"),
+)
+
+
+def side_copies(
+    model: ModelPreset, draft: DraftKV, layers: int, layout: str, page_size: int, heads: int
+) -> tuple[SideCopy, ...]:
+    """The pools beside the KV pool one rank's transfers move (empty for a model without any), in host
+    layout ``layout``: the bytes they add per token, their layers and pieces (``SimConfig.side_copies``)."""
+    out = []
+    for build, row in SIDE_COPIES:
+        kv, h = (kv_tensors(model), heads) if row == "kv" else (draft.kv_tensors, draft.kv_heads)
+        pieces = segments_for(1, layout, 1, kv, page_size=page_size, heads=h)
+        copy = build(model, draft, layers, pieces)
+        if copy is not None:
+            out.append(copy)
+    return tuple(out)
 
 
 def default_host_ratio(sc: Scenario, device_tokens: int, bpt: int, warnings: list[str], indexer_bpt: int = 0) -> float:

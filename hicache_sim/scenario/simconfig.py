@@ -36,6 +36,7 @@ def sim_config(r: Resolved) -> SimConfig:
         dp_ranks=r.dp_ranks,
         attn_dp=sc.hardware.attn_dp,
         load_balance_method=sc.hardware.load_balance_method,
+        side_copies=r.side_copies,
     )
 
 

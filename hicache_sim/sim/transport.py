@@ -24,6 +24,7 @@ import simpy
 
 from ..core import HiCache, Transfer, TransferKind
 from ..hardware.linkmodel import segments_for
+from ..simconfig import SideCopy
 from .links import Flow, Link
 from .metrics import TransferLog
 
@@ -40,16 +41,18 @@ LINK_OF_KIND = {
 
 @dataclass(frozen=True)
 class KVLayout:
-    """What decides how many contiguous pieces a PCIe copy has."""
+    """What decides how many contiguous pieces and copy operations a PCIe copy has: the KV pool's, and
+    those of the pools beside it that move with it (``side``, SimConfig.side_copies)."""
 
     mem_layout: str
     num_layers: int
     kv_factor: int
     page_size: int = 1  # tokens a page, and KV heads a rank: what a page_head copy moves apart
     heads: int = 1
+    side: tuple[SideCopy, ...] = ()
 
     def segments(self, pages: int, layers: int | None = None) -> int:
-        return segments_for(
+        kv = segments_for(
             pages,
             self.mem_layout,
             self.num_layers,
@@ -58,6 +61,18 @@ class KVLayout:
             page_size=self.page_size,
             heads=self.heads,
         )
+        return kv + sum(pages * c.layers * c.pieces for c in self.side)
+
+    @property
+    def layer_launches(self) -> int:
+        """Copy operations of a layer-by-layer load: one per KV layer and one per layer of each side pool
+        (SGLang's ``submit_host_to_device`` copies every pool's layer in turn, a packed draft's too)."""
+        return self.num_layers + sum(c.layers for c in self.side)
+
+    @property
+    def copy_launches(self) -> int:
+        """Copy operations of a one-shot copy: the KV pool's, and one per side pool of its own."""
+        return 1 + sum(1 for c in self.side if c.own_copy)
 
 
 @dataclass(eq=False)
@@ -149,7 +164,7 @@ class Transport:
             milestones=self.layout.num_layers,
             on_milestone=milestone,
             tag=transfers,
-            launches=self.layout.num_layers,
+            launches=self.layout.layer_launches,
         )
         return load
 
@@ -157,8 +172,10 @@ class Transport:
 
     def _start(self, t: Transfer, on_done: Callable[[Flow], None]) -> Flow:
         name = LINK_OF_KIND[t.kind]
-        segments = self.layout.segments(t.pages) if name in ("h2d", "d2h") else 1
-        return self.links[name].submit(t.bytes, segments, on_done, tag=t)
+        if name not in ("h2d", "d2h"):
+            return self.links[name].submit(t.bytes, 1, on_done, tag=t)
+        launches = self.layout.copy_launches
+        return self.links[name].submit(t.bytes, self.layout.segments(t.pages), on_done, tag=t, launches=launches)
 
     def _complete_now(self, flow: Flow) -> None:
         t = flow.tag

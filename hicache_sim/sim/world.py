@@ -156,7 +156,9 @@ class World(RequestLedger):
         self.log = TransferLog(keep=keep_transfers)
         self.request_overhead_s = cfg.request_overhead_s
         # One rank's links and KV: the layers of one pipeline stage (all stages move their share at once).
-        layout = KVLayout(cfg.mem_layout, cfg.stage_layers, cfg.kv_factor, cfg.cache.page_size, cfg.kv_heads_per_rank)
+        layout = KVLayout(
+            cfg.mem_layout, cfg.stage_layers, cfg.kv_factor, cfg.cache.page_size, cfg.kv_heads_per_rank, cfg.side_copies
+        )
         self.transport = Transport(
             env,
             cache,
