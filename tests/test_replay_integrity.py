@@ -126,15 +126,14 @@ def test_the_harness_performs_every_layout_calibration_measures():
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_direct_copy_moves_the_pieces_the_transfer_model_counts(layout):
-    """The harness copies K and V of one layer's page as one piece exactly where the transfer model
-    (``HOST_LAYOUTS``' pieces) counts one piece for both: what calibration measures is what the
-    simulator charges."""
+    """The harness copies K and V of one layer's page as two pieces, and the transfer model
+    (``HOST_LAYOUTS``' pieces) counts two for an MHA page in every layout the harness performs: what
+    calibration measures is what the simulator charges."""
     from hicache_sim.hardware.presets import HOST_LAYOUTS
-    from hicache_sim.replay.pools import REPLAY_LAYOUTS
 
     mha = SHAPES["mha"]
     pieces = HOST_LAYOUTS.get(layout).pieces(mha.kv_factor, mha.page_size, mha.heads)
-    assert (1 if REPLAY_LAYOUTS[layout].joint_kv else mha.kv_factor) == pieces
+    assert mha.kv_factor == pieces
 
 
 def test_pools_are_capped_in_bytes():

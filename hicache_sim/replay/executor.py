@@ -29,7 +29,7 @@ import torch
 
 from ..hardware.linkmodel import segments_for
 from ..hardware.presets import IO_BACKEND_MODELS, IO_BACKENDS
-from .pools import DEFAULT_POOL_BYTES, REPLAY_LAYOUTS, KVPools, ReplayError, device_label
+from .pools import DEFAULT_POOL_BYTES, KVPools, ReplayError, device_label
 
 DEFAULT_FLUSH_BYTES = 64 << 20
 """CPU cache flush before each measured copy: twice a large server L3 slice (see flush_caches)."""
@@ -297,16 +297,13 @@ class Executor:
     ) -> Timing:
         """One ``copy_`` per piece; on CUDA asynchronous on ``stream`` (pinned host memory)."""
         shape = self.pools.shape
-        joint_kv = REPLAY_LAYOUTS[self.pools.layout].joint_kv  # K and V of a layer's page in one piece
         pairs = list(zip(s_slots, d_slots))
         clock = _Clock(stream, self.now)
         with self._stream(stream):
             clock.start()
             for layer in range(shape.num_layers):
-                if joint_kv:  # (pages, kv, page, H, D): one piece per page
-                    views = [(src[:, layer].transpose(0, 1), dst[:, layer].transpose(0, 1))]
-                else:
-                    views = [(src[kv, layer], dst[kv, layer]) for kv in range(shape.kv_factor)]
+                # K and V of a layer's page are apart in every layout (SGLang copies them as two pieces)
+                views = [(src[kv, layer], dst[kv, layer]) for kv in range(shape.kv_factor)]
                 for s_view, d_view in views:
                     for sp, dp in pairs:
                         d_view[dp].copy_(s_view[sp], non_blocking=True)

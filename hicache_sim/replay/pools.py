@@ -156,14 +156,12 @@ class ReplayLayout:
     """One host layout as the harness allocates and reads it: ``native_shape(shape, pages)``, the buffer
     as SGLang allocates it; ``view(buf, shape, pages)``, the logical (kv, L, pages, page, H, D)
     permutation of it (no copy); ``page(buf, slot, page_size)``, one page as (kv, L, page, H, D) by
-    SGLang's native indexing (independent of ``view``, so the integrity check can prove the view);
-    ``joint_kv``: K and V of one layer's page are one contiguous piece (a direct copy moves them
-    together)."""
+    SGLang's native indexing (independent of ``view``, so the integrity check can prove the view). A
+    direct copy moves K and V of one layer's page as two pieces in every layout, as SGLang does."""
 
     native_shape: Callable[[KVShape, int], tuple[int, ...]]
     view: Callable[[torch.Tensor, KVShape, int], torch.Tensor]
     page: Callable[[torch.Tensor, int, int], torch.Tensor]
-    joint_kv: bool = False
 
 
 #: Every layout the harness performs (``MEM_LAYOUTS``), by name.
