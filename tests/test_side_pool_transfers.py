@@ -169,3 +169,15 @@ def test_the_store_holds_fewer_pages_by_the_side_rows(model, hardware, kv, side)
     assert r.cache.storage_capacity_pages == int(100e9 // (64 * (kv + side)))
     assert r.cache.storage_capacity_pages < int(100e9 // (64 * kv))
     assert r.transfer_page_bytes == 64 * (kv + side) and r.page_bytes == 64 * kv
+
+
+def test_the_l3_verdict_reads_and_loads_the_side_rows_too():
+    """The L3 verdict costs a stored prefix with the timed world's functions: a storage read of 8 pages
+    moves 8 x 64 x (KV + MTP row) bytes, and the load-back behind it copies the MTP layer on its own."""
+    from hicache_sim.output.l3 import LoadCosts
+
+    r = resolved(model=NEXTN, hardware={"tp": 8}, cache={"storage_backend": "local_nvme"})
+    costs = LoadCosts(r)
+    assert costs.page_bytes == PAGE * (DSV3_KV + DSV3_MTP)
+    assert costs.storage_read_s(8) == pytest.approx(costs.query_s + costs.storage.time(8 * costs.page_bytes, 1))
+    assert costs._launches == 61 + 1

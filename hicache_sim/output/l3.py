@@ -98,14 +98,14 @@ class LoadCosts:
 
     def __init__(self, r: Resolved, compute: StepTimeModel | None = None) -> None:
         from ..core.sizing import prefetch_timeout_s
-        from ..hardware.linkmodel import segments_for
         from ..sim.compute import ComputeModel
         from ..sim.links import storage_params
+        from ..sim.transport import KVLayout
 
         self.r = r
         self.compute = compute if compute is not None else ComputeModel.from_resolved(r)
         self.page = r.cache.page_size
-        self.page_bytes = r.page_bytes
+        self.page_bytes = r.transfer_page_bytes  # the KV and the pools beside it, as a transfer moves them
         self.batch_pages = r.cache.storage_batch_pages
         self.storage: LinkParams = storage_params(r.storage_read_Bps, r.storage_latency_s)
         self.query_s = r.storage_latency_s
@@ -113,9 +113,12 @@ class LoadCosts:
         self.layers = self.compute.num_layers
         self.pp = getattr(self.compute, "pp", 1)
         self.chunk = r.chunked_prefill_size
-        self._segments = lambda pages: segments_for(
-            pages, r.mem_layout, r.stage_layers, r.kv_factor, page_size=r.cache.page_size, heads=r.kv_heads_per_rank
+        self._layout = KVLayout(
+            r.mem_layout, r.stage_layers, r.kv_factor, r.cache.page_size, r.kv_heads_per_rank, r.side_copies
         )
+        self._segments = self._layout.segments
+        # One copy per layer, and one per layer of each pool beside the KV pool (KVLayout.layer_launches).
+        self._launches = self.layers + sum(c.layers for c in r.side_copies)
         sem = r.cache.resolved_semantics
         self._timeout = lambda tokens: prefetch_timeout_s(
             tokens, sem.prefetch_timeout_base_s, sem.prefetch_timeout_per_ki_token_s, sem.prefetch_timeout_max_s
@@ -166,7 +169,7 @@ class LoadCosts:
             if i == 0 and load_pages:
                 nbytes = load_pages * self.page_bytes
                 latency = self.h2d.latency_s
-                work = self.h2d.time(nbytes, self._segments(load_pages), self.layers) - latency
+                work = self.h2d.time(nbytes, self._segments(load_pages), self._launches) - latency
                 f = overhead
                 for layer in range(self.layers):
                     f = max(f, latency + work * (layer + 1) / self.layers) + gpu / self.layers
