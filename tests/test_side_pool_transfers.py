@@ -181,3 +181,14 @@ def test_the_l3_verdict_reads_and_loads_the_side_rows_too():
     assert costs.page_bytes == PAGE * (DSV3_KV + DSV3_MTP)
     assert costs.storage_read_s(8) == pytest.approx(costs.query_s + costs.storage.time(8 * costs.page_bytes, 1))
     assert costs._launches == 61 + 1
+
+
+def test_the_replay_refuses_a_scenario_whose_transfers_move_side_pools():
+    """The replay harness copies the KV pool only: a NEXTN scenario's logged transfers carry the MTP rows
+    too, so timing the KV alone would calibrate against bytes it never moved; it says so in one line."""
+    pytest.importorskip("torch")
+    from hicache_sim.replay.pools import KVShape, ReplayError
+
+    with pytest.raises(ReplayError, match=r"copies the KV pool only; .* also move MTP draft"):
+        KVShape.from_resolved(_instant(NEXTN, {"gpu": "h200", "tp": 8}))
+    assert KVShape.from_resolved(_instant("deepseek-v3", {"gpu": "h200", "tp": 8})).page_bytes == 64 * DSV3_KV

@@ -93,6 +93,11 @@ class KVShape:
             shape = cls(layers, 2, heads, m.head_dim, r.cache.page_size, r.scenario.model.dtype)
         if shape.page_bytes != r.page_bytes:  # the sizing rules and this shape must agree
             raise ReplayError(f"KV shape gives {shape.page_bytes} B/page, the scenario {r.page_bytes}")
+        if r.side_copies:  # their bytes are in every logged transfer; the harness would time the KV alone
+            names = ", ".join(c.name for c in r.side_copies)
+            raise ReplayError(
+                f"the replay copies the KV pool only; this scenario's transfers also move {names} (not replayed)"
+            )
         return shape
 
 
