@@ -2,7 +2,8 @@
 device, its KV on the host.
 
 Only memory is modelled: the draft's weights and KV make the target's device pool hold fewer tokens and
-HiCache mirror more bytes per host token. What speculative decoding does to time (draft steps, verify
+HiCache mirror more bytes per host token, which every transfer of a page and every stored page carry
+(``scenario/resolve.py`` ``side_copies``). What speculative decoding does to time (draft steps, verify
 batches, accept length) is not: a simulated decode step still emits one token per request.
 
 Per algorithm (``SPEC_ALGORITHMS``; sources in docs/reference/sglang-speculative.md):
