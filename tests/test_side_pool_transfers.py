@@ -192,3 +192,13 @@ def test_the_replay_refuses_a_scenario_whose_transfers_move_side_pools():
     with pytest.raises(ReplayError, match=r"copies the KV pool only; .* also move MTP draft"):
         KVShape.from_resolved(_instant(NEXTN, {"gpu": "h200", "tp": 8}))
     assert KVShape.from_resolved(_instant("deepseek-v3", {"gpu": "h200", "tp": 8})).page_bytes == 64 * DSV3_KV
+
+
+def test_every_host_side_pool_travels_with_the_transfers():
+    """Guard: each pool the pre-flight counts beside the KV pool (``preflight.SIDE_POOLS``) has its transfer
+    rule (``resolve.SIDE_COPIES``): a new side pool without one would be sized but never moved."""
+    from hicache_sim.scenario.preflight import SIDE_POOLS
+
+    models = ((NEXTN, {"gpu": "h200", "tp": 8}), (EAGLE3, {"gpu": "h200"}), (GLM5, {"gpu": "b200", "tp": 4}))
+    moved = {c.name for model, hw in models for c in _instant(model, hw).side_copies}
+    assert moved == set(SIDE_POOLS.names()) | {"MTP draft"}  # the packed draft is inside the KV pool's rows
