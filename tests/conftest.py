@@ -102,3 +102,20 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+# GLM-5.2's attention as its config.json gives it (MLA latent 512 + rope 64 over 78 layers, fp8 KV) with
+# DSA indexer keys: 128 one-byte keys and one fp32 scale per 128 per token and layer (pool_host/dsa.py).
+GLM5 = {
+    "num_layers": 78,
+    "attention": "mla",
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "q_heads": 64,
+    "head_dim": 192,
+    "params_b": 744,
+    "active_params_b": 40,
+    "weights_dtype": "fp8",
+    "index_head_dim": 128,
+    "dtype": "fp8",
+}

@@ -5,7 +5,7 @@ expected figure is derived here from SGLang's rules, not read back from the code
 from __future__ import annotations
 
 import pytest
-from conftest import invoke
+from conftest import GLM5, invoke
 
 from hicache_sim.scenario import build_scenario, resolve
 from hicache_sim.scenario.preflight import largest_host_gb, node_check, rank_pools
@@ -13,21 +13,7 @@ from hicache_sim.scenario.preflight import largest_host_gb, node_check, rank_poo
 GIB = 1 << 30
 RESERVE = 10 * GIB  # SGLang's HICACHE_HOST_MEMORY_RESERVE_BYTES
 
-# GLM-5.2's attention as its config.json gives it (MLA latent 512 + rope 64, DSA indexer keys of 128), fp8 KV:
-# the indexer-to-KV ratio is per layer, so the layer count cancels.
-GLM5 = {
-    "num_layers": 78,
-    "attention": "mla",
-    "kv_lora_rank": 512,
-    "qk_rope_head_dim": 64,
-    "q_heads": 64,
-    "head_dim": 192,
-    "params_b": 744,
-    "active_params_b": 40,
-    "weights_dtype": "fp8",
-    "index_head_dim": 128,
-    "dtype": "fp8",
-}
+# GLM-5.2 (conftest.GLM5): the indexer-to-KV ratio is per layer, so the layer count cancels.
 
 
 def resolved(model, hardware: dict, cache: dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import node_at, put, settle
+from conftest import GLM5, node_at, put, settle
 from test_sim_support import PAGE, req, resolved
 
 from hicache_sim.core import CacheConfig, HiCache, TransferKind
@@ -41,21 +41,7 @@ EAGLE3 = {
     },
 }
 
-# GLM-5.2's attention (MLA 512 + 64 over 78 layers, fp8 KV) with DSA indexer keys: 128 one-byte keys and
-# one fp32 scale per 128 per token and layer (pool_host/dsa.py), the same on every TP rank.
-GLM5 = {
-    "num_layers": 78,
-    "attention": "mla",
-    "kv_lora_rank": 512,
-    "qk_rope_head_dim": 64,
-    "q_heads": 64,
-    "head_dim": 192,
-    "params_b": 744,
-    "active_params_b": 40,
-    "weights_dtype": "fp8",
-    "index_head_dim": 128,
-    "dtype": "fp8",
-}
+# GLM-5.2 (conftest.GLM5): its KV and indexer bytes per token, the same on every TP rank.
 GLM5_KV = (512 + 64) * 78
 GLM5_INDEXER = (128 + 4) * 78
 
