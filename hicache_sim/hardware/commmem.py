@@ -5,7 +5,8 @@ SGLang sizes the KV pool from free memory read after the parallel groups are up 
 weights load (``hardware/memory.py``), so whatever the groups keep allocated shrinks the pool by
 ``mem_fraction_static`` times its size. What they keep (sglang 0.5.23, ``distributed/bootstrap.py``,
 ``parallel_state.py``) is, for the TP group: SGLang's PyNccl communicator, created and warmed up with a
-one-element all-reduce, and torch's NCCL process group; the custom all-reduce workspace (the legacy
+one-element all-reduce (torch's NCCL process group is created lazily, at its first collective, unless
+``--pre-warm-nccl``, on by default on AMD only, runs one first); the custom all-reduce workspace (the legacy
 kernel: an 8 MiB IPC buffer, 8 MiB of metadata and an 8 MiB pointer table; 0.5.23's v2: a
 symmetric-memory slab of ``2 x tp`` push slots of up to 128 KiB plus a pull buffer of at most 16 MiB,
 and the same pointer table). SGLang sets ``NCCL_NVLS_ENABLE=0`` and ``NCCL_CUMEM_ENABLE=0`` unless asked
