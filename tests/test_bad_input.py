@@ -105,6 +105,23 @@ SCENARIO_CASES = [
         id="host-memory-below-reserve",
     ),
     pytest.param(
+        {**TINY, "cache": {**TINY["cache"], "host_ratio": None}, "hardware": {"host_memory_gib": 1e308}},
+        ["hardware.host_memory_gib", "at most 4194304"],
+        id="host-memory-past-what-a-node-addresses",
+    ),
+    pytest.param(
+        # the target's MTP module overridden where model.nextn_params_b is meant (the line said
+        # "model.speculative: model.speculative: ..." and named no remedy)
+        {**TINY, "model": {"preset": "deepseek-v3", "speculative": {"algorithm": "nextn", "params_b": 3}}},
+        ["bad.yaml: model.speculative: a draft given by dimensions needs num_layers", "model.nextn_params_b"],
+        id="draft-parameters-without-layers",
+    ),
+    pytest.param(
+        {**TINY, "hardware": {"host_memory_gib": "2TB"}},
+        ["hardware.host_memory_gib", "GiB as a bare number", "'2TB'"],
+        id="host-memory-with-a-unit",
+    ),
+    pytest.param(
         with_("cache", host_memory_fraction=1.5), ["cache.host_memory_fraction", "less than or equal to 1"], id="frac>1"
     ),
     pytest.param(
@@ -1512,6 +1529,24 @@ MODEL_CONFIG_CASES = [
         id="config-odd-dtype",
     ),
     pytest.param(
+        lambda t: _model_config(t, {**GOOD_MODEL_CONFIG, "torch_dtype": ["bfloat16"]}),
+        ["config.json", "torch_dtype", "['bfloat16']"],
+        id="config-dtype-a-list",
+    ),
+    pytest.param(
+        lambda t: _model_config(t, {**GOOD_MODEL_CONFIG, "quantization_config": {"quant_method": ["fp8"]}}),
+        ["config.json", "quantization_config.quant_method", "['fp8']"],
+        id="config-quant-method-a-list",
+    ),
+    pytest.param(
+        lambda t: {
+            **_model_config(t, {**GOOD_MODEL_CONFIG, "torch_dtype": ["bfloat16"]}),
+            "model": {"preset": "llama-3.1-8b", "speculative": {"algorithm": "eagle3", "config": "m"}},
+        },
+        ["model.speculative.config", "config.json", "torch_dtype", "['bfloat16']"],
+        id="draft-config-dtype-a-list",
+    ),
+    pytest.param(
         lambda t: {**_model_config(t, GOOD_MODEL_CONFIG), "model": {"config": "m", "preset": "llama-3.1-8b"}},
         ["bad.yaml", "model", "preset or config, not both"],
         id="config-and-preset",
@@ -1562,10 +1597,25 @@ def test_bad_node_fields(tmp_path, verb, content, fragments):
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("value", ["0", "-8", "inf", "nan"])
-def test_bad_node_memory_option(tmp_path, value):
-    sc = write_scenario(tmp_path, TINY)
-    assert_user_error(invoke("validate", sc, "--node-memory", value), "--node-memory", "expected GiB > 0")
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0", "expected GiB > 0"),
+        ("-8", "expected GiB > 0"),
+        ("inf", "expected GiB > 0"),
+        ("nan", "expected GiB > 0"),
+        # finite, but its bytes overflow a float: was a traceback (OverflowError in the host ratio)
+        ("1e308", "at most 4194304"),
+        ("2TB", "GiB as a bare number"),
+        ("512 GiB", "GiB as a bare number"),
+    ],
+)
+def test_bad_node_memory_option(tmp_path, value, expected):
+    sc = write_scenario(tmp_path, {**TINY, "cache": {**TINY["cache"], "host_ratio": None}})
+    assert_user_error(invoke("validate", sc, "--node-memory", value), f"--node-memory {value}", expected)
+    assert_user_error(
+        invoke("advise", sc, "--instant-only", "--node-memory", value), f"--node-memory {value}", expected
+    )
     before = snapshot(tmp_path)
     out = tmp_path / "s.yaml"
     assert_user_error(invoke("from-sglang", "--out", out, "--node-memory", value, "--", *LAUNCH), "--node-memory")

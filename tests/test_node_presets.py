@@ -333,6 +333,49 @@ def test_local_without_memavailable_is_one_line(tmp_path, monkeypatch):
     assert_user_error(invoke("validate", path, "--node-memory", "local"), "--node-memory local", "MemAvailable")
 
 
+def _cgroup_as_folder(proc, root):
+    (proc / "self" / "cgroup").unlink()
+    (proc / "self" / "cgroup").mkdir()
+
+
+def _mountinfo_as_folder(proc, root):
+    (proc / "self" / "mountinfo").unlink()
+    (proc / "self" / "mountinfo").mkdir()
+
+
+@pytest.mark.parametrize(
+    ("spoil", "fragments"),
+    [
+        # an unreadable /proc/self/cgroup or mountinfo was a traceback (only a missing one was handled)
+        pytest.param(_cgroup_as_folder, ["self/cgroup", "cannot read"], id="cgroup-unreadable"),
+        pytest.param(_mountinfo_as_folder, ["self/mountinfo", "cannot read"], id="mountinfo-unreadable"),
+        # bytes that are not text: the line named no file
+        pytest.param(
+            lambda proc, root: (proc / "meminfo").write_bytes(b"\xff\xfe"), ["meminfo", "not text"], id="meminfo-binary"
+        ),
+        pytest.param(
+            lambda proc, root: (root / "job" / "memory.max").write_text("lots\n"),
+            ["job/memory.max", "expected an integer", "'lots'"],
+            id="limit-not-a-number",
+        ),
+        # a group using all it may: 0 GiB was blamed on the scenario file's hardware.host_memory_gib
+        pytest.param(
+            lambda proc, root: (root / "job" / "memory.current").write_text(str(64 * GIB)),
+            ["cgroup", "no host memory available"],
+            id="no-headroom",
+        ),
+    ],
+)
+def test_local_unreadable_or_empty_machine_is_one_line(tmp_path, monkeypatch, spoil, fragments):
+    root = tmp_path / "cg"
+    group(root / "job", memory_max=str(64 * GIB), memory_current=str(GIB), memory_stat=stat_v2(0, 0))
+    proc = v2_proc(tmp_path, "/job", 300)
+    spoil(proc, root)
+    monkeypatch.setattr(local_memory, "PROC", proc)
+    path, _ = scenario(tmp_path, {"gpu": "h100", "tp": 8})
+    assert_user_error(invoke("validate", path, "--node-memory", "local"), "--node-memory local", *fragments)
+
+
 def test_presets_lists_every_node():
     r = invoke("presets", "nodes")
     assert r.exit_code == 0

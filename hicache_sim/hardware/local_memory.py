@@ -84,11 +84,25 @@ def read_local_memory(proc: Path | None = None) -> LocalMemory:
     return LocalMemory(_mem_available(proc / "meminfo"), cgroup_headroom(proc))
 
 
-def _mem_available(meminfo: Path) -> int:
+def _text(path: Path) -> str:
+    """A kernel file's text; LocalMemoryError naming it when it cannot be read as text."""
     try:
-        text = meminfo.read_text()
+        return path.read_text()
     except OSError as e:
-        raise LocalMemoryError(f"cannot read {meminfo} ({(e.strerror or type(e).__name__).lower()})") from None
+        raise LocalMemoryError(f"cannot read {path} ({(e.strerror or type(e).__name__).lower()})") from None
+    except UnicodeDecodeError as e:
+        raise LocalMemoryError(f"cannot read {path} (not text: byte {e.start})") from None
+
+
+def _int(path: Path, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise LocalMemoryError(f"{path}: expected an integer, got {text!r}") from None
+
+
+def _mem_available(meminfo: Path) -> int:
+    text = _text(meminfo)
     m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, flags=re.M)
     if m is None:
         raise LocalMemoryError(f"{meminfo} has no 'MemAvailable: N kB' line (Linux 3.14 or later prints it)")
@@ -118,19 +132,19 @@ def _memberships(cgroup_text: str) -> dict[str, PurePosixPath]:
 
 def _read_int(path: Path) -> int | None:
     """An integer file, None when absent or ``max``."""
-    try:
-        value = path.read_text().strip()
-    except FileNotFoundError:
+    if not path.exists():
         return None
-    return None if value == "max" else int(value)
+    value = _text(path).strip()
+    return None if value == "max" else _int(path, value)
 
 
 def _file_cache(directory: Path, v2: bool) -> int:
     """The group's reclaimable file pages (``memory.stat``), 0 when a v2 child protects memory."""
+    path = directory / "memory.stat"
     stat = {}
-    for line in (directory / "memory.stat").read_text().splitlines():
+    for line in _text(path).splitlines():
         key, _, value = line.partition(" ")
-        stat[key] = int(value)
+        stat[key] = _int(path, value)
     keys = ("active_file", "inactive_file") if v2 else ("total_active_file", "total_inactive_file")
     cache = sum(stat.get(k, 0) for k in keys)
     if v2 and cache and _protected_below(directory):
@@ -166,7 +180,8 @@ def _limits_up(directory: Path, mount: Path, v2: bool) -> list[CgroupLimit]:
             if limit is None:
                 continue
             if usage is None:
-                usage = max(0, int((directory / usage_name).read_text()) - _file_cache(directory, v2))
+                path = directory / usage_name
+                usage = max(0, _int(path, _text(path).strip()) - _file_cache(directory, v2))
             found.append(CgroupLimit(directory, name, limit, usage))
         if directory == mount or directory.parent == directory:
             return found
@@ -177,11 +192,10 @@ def cgroup_headroom(proc: Path) -> CgroupLimit | None:
     """The tightest cgroup limit over the process's memory cgroups and their ancestors (None: no limit,
     or no procfs). LocalMemoryError when the process is in a cgroup no mount shows (SGLang's auto-sizing
     refuses to start there)."""
-    try:
-        memberships = _memberships((proc / "self" / "cgroup").read_text())
-        mounts = (proc / "self" / "mountinfo").read_text()
-    except FileNotFoundError:
+    cgroup, mountinfo = proc / "self" / "cgroup", proc / "self" / "mountinfo"
+    if not (cgroup.exists() and mountinfo.exists()):
         return None
+    memberships, mounts = _memberships(_text(cgroup)), _text(mountinfo)
     limits: list[CgroupLimit] = []
     located = False
     for line in mounts.splitlines():
@@ -206,10 +220,7 @@ def cgroup_headroom(proc: Path) -> CgroupLimit | None:
         if not directory.is_dir():
             continue
         located = True
-        try:
-            limits += _limits_up(directory, mount, fs == "cgroup2")
-        except (OSError, ValueError) as e:
-            raise LocalMemoryError(f"cannot read the memory cgroup under {directory}: {e}") from None
+        limits += _limits_up(directory, mount, fs == "cgroup2")
     if memberships and not located:
         raise LocalMemoryError(
             "the process's memory cgroup is not under any mount in /proc/self/mountinfo; SGLang's auto-sizing "

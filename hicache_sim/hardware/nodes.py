@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass
 
 from ..core.errors import ConfigError
@@ -28,6 +29,12 @@ from ..core.registry import Registry
 
 #: Bytes per unit of a vendor's host memory figure (binary: see the module docstring).
 MEMORY_UNITS = {"GiB": 1 << 30, "GB": 1 << 30, "TiB": 1 << 40, "TB": 1 << 40}
+
+#: The most host memory one node can address, GiB: 4 PiB, what 52-bit physical addresses reach (x86-64
+#: with 5-level paging, Arm's LPA). A larger figure is a typo, and past 8e299 GiB its bytes overflow a float.
+MAX_NODE_GIB = float(1 << 22)
+#: A number with a unit (``2TB``, ``512 GiB``): the option takes GiB as a bare number.
+_WITH_UNIT = re.compile(r"[0-9.]+(e[+-]?[0-9]+)?\s*[kmgtp]i?b", flags=re.I)
 
 
 @dataclass(frozen=True)
@@ -165,8 +172,11 @@ def parse_node_memory(value: object, *, allow_local: bool = False) -> NodeMemory
             gib = float(text)
         except ValueError:
             return _named(text, allow_local)
-    if not (math.isfinite(gib) and gib > 0):
-        raise ValueError(f"expected GiB > 0 or a node preset name, got {value!r}")
+    if not (math.isfinite(gib) and 0 < gib <= MAX_NODE_GIB):
+        raise ValueError(
+            f"expected GiB > 0 (at most {MAX_NODE_GIB:.0f}: 4 PiB, what 52-bit physical addresses reach) or a "
+            f"node preset name, got {value!r}"
+        )
     return NodeMemory(gib)
 
 
@@ -180,7 +190,11 @@ def _named(text: str, allow_local: bool) -> NodeMemory:
         from .local_memory import read_local_memory
 
         local = read_local_memory()
+        if local.bytes <= 0:
+            raise ValueError(f"{local.describe().removeprefix('local: ')}: no host memory available to SGLang here")
         return NodeMemory(local.bytes / (1 << 30), local.describe())
+    if _WITH_UNIT.fullmatch(text):
+        raise ValueError(f"expected GiB as a bare number (2048 for 2 TiB) or a node preset name, got {text!r}")
     try:
         node = node_preset(text)
     except ConfigError as e:

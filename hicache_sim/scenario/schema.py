@@ -32,7 +32,7 @@ from ..core.semantics import (
 from ..core.stores import STORE_MODELS, knob_readers
 from ..hardware.allreduce import CUSTOM_MAX_MIB, NCCL_EXPONENT, NCCL_HALF_PEAK_MIB
 from ..hardware.hfconfig import DraftConfig, config_path, draft_from_config, model_from_config
-from ..hardware.nodes import parse_node_memory
+from ..hardware.nodes import MAX_NODE_GIB, parse_node_memory
 from ..hardware.presets import (
     GPUS,
     HOST_LAYOUTS,
@@ -135,7 +135,10 @@ class SpeculativeSpec(_Strict):
             base = draft_from_config(config_path(self.config))
         elif given:
             if "num_layers" not in given:
-                raise ValueError("model.speculative: a draft given by dimensions needs num_layers (or config)")
+                raise ValueError(
+                    "a draft given by dimensions needs num_layers (or config); the target's own MTP module's "
+                    "parameters are model.nextn_params_b"
+                )
             base = DraftConfig(
                 "",
                 "",
@@ -539,8 +542,10 @@ class HardwareSpec(_Strict):
     @field_validator("host_memory_gib", mode="before")
     @classmethod
     def _node_preset_as_gib(cls, v: Any) -> Any:
-        """A node preset's name stands for its installed memory; numbers go on to the GiB checks."""
-        return parse_node_memory(v).gib if isinstance(v, str) else v
+        """A node preset's name stands for its installed memory; numbers go on to the GiB checks (one past
+        what a node can address is refused here: its bytes could overflow)."""
+        too_large = isinstance(v, int | float) and not isinstance(v, bool) and v > MAX_NODE_GIB
+        return parse_node_memory(v).gib if isinstance(v, str) or too_large else v
 
     @model_validator(mode="after")
     def _dp_layout(self) -> HardwareSpec:
