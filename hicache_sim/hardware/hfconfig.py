@@ -13,9 +13,12 @@ architectures SGLang runs with an MLA pool; the context length from the first of
 SGLang runs float16).
 
 Parameters are counted from the dimensions (SGLang loads the weights; it never counts them):
-embeddings, LM head unless tied, per layer attention (MHA/GQA: q, k, v, o; MLA: the q low-rank pair or
-q, the kv low-rank pair, o), norms, and the MLP: dense ``3 x hidden x intermediate``, a MoE layer's
-routed experts, router and shared experts. Biases are left out (a few millionths of the total). The
+embeddings, LM head unless tied, per layer attention (MHA/GQA: q, k, v, o and the q, k, v biases where
+SGLang's class has them, ``QKV_BIAS``; MLA: the q low-rank pair or q, the kv low-rank pair, o; the
+formulas in :mod:`hicache_sim.hardware.params`), norms, and the MLP: dense ``3 x hidden x
+intermediate``, a MoE layer's routed experts, router and shared experts. Other biases are left out (a
+few millionths of the total). The architecture, vocabulary and tying are kept: they decide what a GPU
+holds under attention DP (:mod:`hicache_sim.hardware.params`). The
 multi-token-prediction layers a checkpoint may carry (``num_nextn_predict_layers``, kept as
 ``nextn_layers``, their NextN module's parameters as ``nextn_params_b``) are not loaded without
 speculative decoding, and are not in ``params_b``. Weight bytes are
@@ -44,6 +47,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .params import mha_attention_params, mla_attention_params
 from .presets import ModelPreset
 
 SGLANG_VERSION = "0.5.23"
@@ -233,29 +237,44 @@ def context_length(r: _Reader) -> int:
     return CONTEXT_DEFAULT
 
 
+# Whether SGLang's class for an architecture gives the q, k and v projections biases: Qwen2 always
+# (models/qwen2.py QKVParallelLinear bias=True), Qwen2-MoE by config.json qkv_bias (default true,
+# models/qwen2_moe.py 1002), the others by attention_bias (llama.py, qwen3.py, qwen3_moe.py, glm4_moe.py).
+QKV_BIAS: dict[str, Callable[[_Reader], bool]] = {
+    "Qwen2ForCausalLM": lambda r: True,
+    "Qwen2MoeForCausalLM": lambda r: bool(r.get("qkv_bias", True)),
+}
+
+
+def _qkv_bias(r: _Reader) -> bool:
+    return bool(r.get("attention_bias", False))
+
+
 def _attention(r: _Reader, arch: str, hidden: int, heads: int) -> dict[str, Any]:
-    """Attention shape (KV bytes) and per-layer attention parameters."""
+    """Attention shape (KV bytes), the fields that count its parameters, and per-layer attention
+    parameters (:mod:`hicache_sim.hardware.params`)."""
     if arch in MLA_ARCHITECTURES:
         lora, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim", low=0)
         nope, v = r.int("qk_nope_head_dim", low=0), r.int("v_head_dim")
-        q_lora = r.get("q_lora_rank")
-        q = hidden * q_lora + q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
-        params = q + hidden * (lora + rope) + lora + lora * heads * (nope + v) + heads * v * hidden
+        q_lora = r.get("q_lora_rank") or 0
         return dict(
             attention="mla",
             num_kv_heads=1,
             head_dim=nope + rope,
             kv_lora_rank=lora,
             qk_rope_head_dim=rope,
-            params=params,
+            q_lora_rank=q_lora,
+            v_head_dim=v,
+            params=mla_attention_params(hidden, heads, q_lora, lora, rope, nope, v),
         )
     head_dim = r.get("head_dim") or hidden // heads
     v_dim = r.get("v_head_dim") or head_dim
     if v_dim != head_dim:
         raise r.fail("v_head_dim", f"{v_dim} differs from head_dim {head_dim}; the simulator's K and V are one width")
     kv = 1 if r.get("multi_query") else (r.first_int(KV_HEAD_KEYS) or heads)
-    params = hidden * heads * head_dim + 2 * hidden * kv * head_dim + heads * head_dim * hidden
-    return dict(attention="mha", num_kv_heads=kv, head_dim=head_dim, params=params)
+    bias = QKV_BIAS.get(arch, _qkv_bias)(r)
+    params = mha_attention_params(hidden, heads, kv, head_dim, bias)
+    return dict(attention="mha", num_kv_heads=kv, head_dim=head_dim, attention_bias=bias, params=params)
 
 
 def _moe(r: _Reader, hidden: int, layers: int) -> dict[str, Any]:
@@ -327,6 +346,9 @@ def model_from_config(path: str, name: str | None = None) -> ModelPreset:
         context_len=context_length(r),
         nextn_layers=nextn,
         nextn_params_b=_mtp_params(nextn, hidden, vocab, att_params, moe["layer_mlp"]) / 1e9,
+        architecture=arch,
+        vocab_size=vocab,
+        tied_embeddings=tied,
         **att,
         **moe["fields"],
     )

@@ -43,6 +43,11 @@ class ModelPreset:
     runs for ``--speculative-algorithm NEXTN`` / ``EAGLE`` without a draft model path
     (:mod:`hicache_sim.hardware.speculative`); not loaded, and not counted, without one;
     ``nextn_params_b``: their parameters with the NextN module's own embedding and head, billions.
+    What attention DP leaves whole on a GPU (:mod:`hicache_sim.hardware.params`): ``architecture``, the
+    SGLang model class (config.json ``architectures[0]``; "": not given), which decides the group each
+    part is sharded over; ``vocab_size`` and ``tied_embeddings`` (one table for embedding and LM head);
+    ``attention_bias`` (q, k and v projections with biases); MLA's ``q_lora_rank`` (0: one q projection)
+    and ``v_head_dim`` (0: ``head_dim - qk_rope_head_dim``).
     """
 
     name: str
@@ -66,6 +71,12 @@ class ModelPreset:
     index_head_dim: int = 0
     nextn_layers: int = 0
     nextn_params_b: float = 0.0
+    architecture: str = ""
+    vocab_size: int = 0
+    tied_embeddings: bool = False
+    attention_bias: bool = False
+    q_lora_rank: int = 0
+    v_head_dim: int = 0
 
     @property
     def hidden(self) -> int:
@@ -108,18 +119,29 @@ _DEEPSEEK_V3 = ModelPreset(
     context_len=163840,  # max_position_embeddings
     nextn_layers=1,  # num_nextn_predict_layers: one MTP layer
     nextn_params_b=13.46,  # that layer (its MoE, MLA), eh_proj, norms, embedding and head, from config.json
+    architecture="DeepseekV3ForCausalLM",
+    vocab_size=129280,
+    q_lora_rank=1536,
+    v_head_dim=128,
 )
 # context_len: each checkpoint's config.json max_position_embeddings (what SGLang derives the default
-# --max-running-requests from).
+# --max-running-requests from). architecture, vocab_size, attention_bias: config.json architectures[0],
+# vocab_size, and whether SGLang's class for it gives q, k and v biases (Qwen2 always; the others by
+# config.json attention_bias, false for Llama-3.1 and Qwen3, true for GLM-4.5); no preset ties its
+# embeddings (tie_word_embeddings false).
+_LLAMA3 = dict(architecture="LlamaForCausalLM", vocab_size=128256)
+_QWEN25 = dict(architecture="Qwen2ForCausalLM", vocab_size=152064, attention_bias=True)
+_QWEN3 = dict(architecture="Qwen3ForCausalLM", vocab_size=151936)
+_QWEN3_MOE = dict(architecture="Qwen3MoeForCausalLM", vocab_size=151936)
 for _m in (
-    ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03, hidden_size=4096, context_len=131072),
-    ModelPreset("llama-3.1-70b", 80, 8, 128, 64, 70.6, 70.6, hidden_size=8192, context_len=131072),
-    ModelPreset("llama-3.1-405b", 126, 8, 128, 128, 405.9, 405.9, hidden_size=16384, context_len=131072),
-    ModelPreset("qwen2.5-7b", 28, 4, 128, 28, 7.6, 7.6, hidden_size=3584, context_len=32768),
-    ModelPreset("qwen2.5-72b", 80, 8, 128, 64, 72.7, 72.7, hidden_size=8192, context_len=32768),
-    ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2, hidden_size=4096, context_len=40960),
-    ModelPreset("qwen3-14b", 40, 8, 128, 40, 14.8, 14.8, hidden_size=5120, context_len=40960),
-    ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8, hidden_size=5120, context_len=40960),
+    ModelPreset("llama-3.1-8b", 32, 8, 128, 32, 8.03, 8.03, hidden_size=4096, context_len=131072, **_LLAMA3),
+    ModelPreset("llama-3.1-70b", 80, 8, 128, 64, 70.6, 70.6, hidden_size=8192, context_len=131072, **_LLAMA3),
+    ModelPreset("llama-3.1-405b", 126, 8, 128, 128, 405.9, 405.9, hidden_size=16384, context_len=131072, **_LLAMA3),
+    ModelPreset("qwen2.5-7b", 28, 4, 128, 28, 7.6, 7.6, hidden_size=3584, context_len=32768, **_QWEN25),
+    ModelPreset("qwen2.5-72b", 80, 8, 128, 64, 72.7, 72.7, hidden_size=8192, context_len=32768, **_QWEN25),
+    ModelPreset("qwen3-8b", 36, 8, 128, 32, 8.2, 8.2, hidden_size=4096, context_len=40960, **_QWEN3),
+    ModelPreset("qwen3-14b", 40, 8, 128, 40, 14.8, 14.8, hidden_size=5120, context_len=40960, **_QWEN3),
+    ModelPreset("qwen3-32b", 64, 8, 128, 64, 32.8, 32.8, hidden_size=5120, context_len=40960, **_QWEN3),
     ModelPreset(
         "qwen3-30b-a3b",
         48,
@@ -133,6 +155,7 @@ for _m in (
         experts_per_token=8,
         moe_intermediate_size=768,
         context_len=40960,
+        **_QWEN3_MOE,
     ),
     ModelPreset(
         "qwen3-235b-a22b",
@@ -147,6 +170,7 @@ for _m in (
         experts_per_token=8,
         moe_intermediate_size=1536,
         context_len=40960,
+        **_QWEN3_MOE,
     ),
     ModelPreset(
         "glm-4.5",
@@ -163,6 +187,9 @@ for _m in (
         shared_experts=1,
         dense_layers=3,
         context_len=131072,
+        architecture="Glm4MoeForCausalLM",
+        vocab_size=151552,
+        attention_bias=True,
     ),
     _DEEPSEEK_V3,
     # DeepSeek-R1 is the V3 architecture and quantisation.

@@ -26,6 +26,7 @@ from ..hardware.memory import (
     default_mem_fraction_static,
     max_running_requests,
 )
+from ..hardware.params import weight_bytes_per_gpu, weight_share
 from ..hardware.presets import (
     GPUS,
     LINKS,
@@ -356,7 +357,8 @@ def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset, chunk: int | N
     chunk (None: no chunking) and decode CUDA-graph batch size SGLang runs."""
     hw = sc.hardware
     mem_mib = hw.memory_mib or gpu.memory_mib
-    weights = model.params_b * 1e9 * WEIGHT_BYTES[model.weights_dtype] / (hw.tp * hw.pp)
+    # Under attention DP the attention (and some classes' embedding) is sharded over tp / attn_dp only.
+    weights = weight_bytes_per_gpu(model, hw.tp, hw.pp, hw.attn_dp)
     weights += speculative_draft(sc, model).weight_bytes  # loaded before SGLang profiles the memory
     if hw.mem_fraction_static is not None:
         mfs, source = hw.mem_fraction_static, "given"
@@ -573,11 +575,8 @@ def no_pool_message(sc: Scenario, model: ModelPreset, gpu: GPUPreset, memory: Me
     """Why no KV pool is left (the weight bytes per rank and their dtype) and the changes that would
     leave one, each checked with the same memory profile."""
     hw = sc.hardware
-    ranks = hw.tp * hw.pp
-    weights = (
-        f"{memory.weight_bytes / GIB:.2f} GiB of {model.weights_dtype} weights per rank "
-        f"({model.params_b:g} B parameters x {WEIGHT_BYTES[model.weights_dtype]:g} B / {ranks} rank{'s' * (ranks > 1)})"
-    )
+    share = weight_share(model, hw.tp, hw.pp, hw.attn_dp).describe()
+    weights = f"{memory.weight_bytes / GIB:.2f} GiB of {model.weights_dtype} weights per rank ({share})"
     helps = [r for r in (remedy(sc, model, gpu) for remedy in NO_POOL_REMEDIES) if r]
     advice = (
         f"any of these leaves one: {'; '.join(helps)}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..core.sizing import DTYPE_BYTES
 from ..hardware.allreduce import MIB
 from ..hardware.attention import ATTENTION_RULES, GPU_ARCH
+from ..hardware.params import weight_bytes_per_gpu
 from ..hardware.presets import WEIGHT_BYTES
 from ..simconfig import ComputeParams, SchedulerPolicy, SimConfig, unsplit_bytes_per_token
 from .resolve import PREFILL_FLOOR_KNOB, Resolved, attn_tp, compute_knobs
@@ -77,7 +78,8 @@ def compute_params(r: Resolved) -> ComputeParams:
         step_overhead_s=k["step_overhead_us"] * 1e-6,
         num_layers=r.stage_layers,
         active_params=m.active_params_b * 1e9 / ranks,
-        weight_bytes=m.params_b * 1e9 * per_param / ranks,
+        # Per GPU: under attention DP the attention is sharded over the group only (hardware/params.py).
+        weight_bytes=weight_bytes_per_gpu(m, hw.tp, hw.pp, hw.attn_dp),
         # Query heads are split over one attention group's GPUs (tp, or tp / attn_dp with attention DP).
         attn_width=m.q_heads * m.head_dim // attn_tp(hw),
         kv_bytes_per_token=float(r.bytes_per_token),

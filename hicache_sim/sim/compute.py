@@ -82,9 +82,11 @@ those rows and the attention terms of its own batch; the step ends when the slow
 The gather before the MLP and the scatter after it are the two collectives ``allreduce`` counts per
 layer (SGLang's SUM_LEN buffer is all-reduced over the tp group both times; a MAX_LEN buffer's
 all-gather and reduce-scatter are charged as those all-reduces). One group gives ``prefill_time`` /
-``decode_time`` exactly. The attention projections stay in the linear term over ``R`` at ``1 / tp`` (the
-presets do not split attention from MLP parameters): the same per-GPU FLOPs as a group's own tokens
-at ``1 / (tp / attn_dp)`` when the groups are balanced, fewer than the busiest group's otherwise.
+``decode_time`` exactly. The attention projections' FLOPs stay in the linear term over ``R`` at ``1 / tp``:
+the same per-GPU FLOPs as a group's own tokens at ``1 / (tp / attn_dp)`` when the groups are balanced,
+fewer than the busiest group's otherwise. Their bytes are the GPU's share (``weight_bytes``: the parts a
+model class shards over the attention group counted at ``tp / attn_dp``, ``hardware/params.py``), read
+every step like the rest of the non-routed weights.
 
 The model is a class with a small interface (``prefill_time``, ``decode_time``, ``num_layers``,
 ``step_overhead_s``, ``pp``) so a calibrated model can replace it; ``ComputeParams.with_overrides``

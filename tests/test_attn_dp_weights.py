@@ -1,0 +1,150 @@
+"""The weights one GPU holds under attention DP (issue 29 item 5): SGLang 0.5.23 shards a DP-attention
+model's attention projections (and the DeepSeek / Qwen / GLM classes' embedding) over one attention
+group of ``tp / attn_dp`` ranks, the MLP, experts and LM head over all ``tp`` ranks; so the weights per
+GPU grow and the device pool shrinks by the same bytes. Counts below are written out from each model's
+config.json dimensions; ``docs/reference/sglang-data-parallel.md`` section 7 has the rule's lines."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TINY_SCENARIO
+
+from hicache_sim.core import ConfigError
+from hicache_sim.hardware.hfconfig import MODELS_DIR, model_from_config, sglang_architectures
+from hicache_sim.hardware.params import (
+    ATTN_TP,
+    DEFAULT_SPLIT,
+    TP,
+    WEIGHT_SPLITS,
+    attention_params,
+    split_of,
+    weight_share,
+)
+from hicache_sim.hardware.presets import MODELS, WEIGHT_BYTES, ModelPreset
+from hicache_sim.scenario import Scenario, resolve
+from hicache_sim.sim.compute import ComputeModel
+
+VENDORED = sorted(p.parent.name for p in MODELS_DIR.glob("*/config.json"))
+
+# DeepSeek-V3 config.json: hidden 7168, 128 heads, q_lora_rank 1536, kv_lora_rank 512, qk_rope_head_dim 64,
+# qk_nope_head_dim 128, v_head_dim 128, 61 layers, vocab 129280; fp8 (1 byte a parameter).
+DSV3_Q = 7168 * 1536 + 1536 + 1536 * 128 * (128 + 64)  # q_a, q_a_layernorm, q_b
+DSV3_KV = 7168 * (512 + 64) + 512 + 512 * 128 * (128 + 128)  # kv_a with the rope key, kv_a_layernorm, kv_b
+DSV3_ATTENTION = 61 * (DSV3_Q + DSV3_KV + 128 * 128 * 7168)  # and o
+DSV3_EMBEDDING = 129280 * 7168
+# Llama-3.1: q and o hidden x hidden, k and v hidden x 8 KV heads x 128.
+LLAMA_8B_ATTENTION = 32 * (2 * 4096 * 4096 + 2 * 4096 * 8 * 128)
+LLAMA_70B_ATTENTION = 80 * (2 * 8192 * 8192 + 2 * 8192 * 8 * 128)
+# Qwen3-8B: 32 q heads x 128 = 4096 = hidden, 8 KV heads, 36 layers, vocab 151936.
+QWEN3_8B_ATTENTION = 36 * (2 * 4096 * 4096 + 2 * 4096 * 8 * 128)
+QWEN3_8B_EMBEDDING = 151936 * 4096
+
+
+def scenario(model: str | dict, **hardware) -> Scenario:
+    """An instant scenario whose device pool SGLang's memory profile sizes (no device_tokens given)."""
+    cache = {"page_size": 64, "host_ratio": 2.0}
+    return Scenario.model_validate({**TINY_SCENARIO, "model": model, "cache": cache, "hardware": hardware})
+
+
+def test_attention_parameters_by_hand():
+    """11.41 B for DeepSeek-V3's MLA (config.json and preset alike), 1.34 B / 12.08 B for Llama-3.1-8B / 70B."""
+    assert DSV3_ATTENTION == 11_413_547_008
+    for name, count in (
+        ("deepseek-v3", DSV3_ATTENTION),
+        ("llama-3.1-8b", LLAMA_8B_ATTENTION),
+        ("llama-3.1-70b", LLAMA_70B_ATTENTION),
+        ("qwen3-8b", QWEN3_8B_ATTENTION),
+    ):
+        assert attention_params(MODELS.get(name)) == count, name
+        assert attention_params(model_from_config(str(MODELS_DIR / name / "config.json"))) == count, name
+
+
+@pytest.mark.parametrize("name", VENDORED)
+def test_preset_split_fields_match_its_config(name):
+    """What decides a GPU's share under attention DP comes out of the vendored config.json as the preset has it."""
+    preset, derived = MODELS.get(name), model_from_config(str(MODELS_DIR / name / "config.json"))
+    fields = ("architecture", "vocab_size", "tied_embeddings", "attention_bias", "q_lora_rank")
+    assert {k: getattr(derived, k) for k in fields} == {k: getattr(preset, k) for k in fields}
+    assert attention_params(derived) == attention_params(preset)
+    for tp, attn_dp in ((8, 8), (8, 2), (2, 2)):
+        pre, cfg = weight_share(preset, tp, 1, attn_dp), weight_share(derived, tp, 1, attn_dp)
+        assert cfg.on_attn_tp == pre.on_attn_tp
+
+
+def test_every_preset_names_a_class_sglang_loads_and_the_table_reads():
+    """A preset without its SGLang class would fall to the default split silently."""
+    for name in MODELS.names():
+        arch = MODELS.get(name).architecture
+        assert arch in WEIGHT_SPLITS.names(), name
+    assert set(WEIGHT_SPLITS.names()) <= sglang_architectures()
+
+
+def test_deepseek_v3_tp8_attn_dp8_on_h200_holds_the_whole_attention():
+    """Every GPU holds the whole MLA attention and embedding (12.34 B, fp8: 1 B each), the rest / 8:
+    94.67 GB, 10.80 GB more than plain TP 8; the device pool loses the same bytes (70,272 B a token, whole
+    pages of 64)."""
+    plain = resolve(scenario("deepseek-v3", gpu="h200", tp=8))
+    dpa = resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=8))
+    whole = DSV3_ATTENTION + DSV3_EMBEDDING
+    weights = whole + (671e9 - whole) / 8
+    assert weights == 94_672_697_792
+    assert dpa.memory.weight_bytes == pytest.approx(weights, rel=1e-12)
+    assert dpa.memory.weight_bytes - plain.memory.weight_bytes == pytest.approx(10_797_697_792, rel=1e-12)
+    pool = dpa.memory.pre_load_free_bytes - weights - dpa.memory.reserved_bytes
+    assert dpa.bytes_per_token == 70_272
+    assert dpa.device_tokens == int(pool) // 70_272 // 64 * 64 == 355_264
+    assert plain.device_tokens == 508_928  # 30 % more tokens where the attention is split
+    # At attn_dp 2 (groups of 4 GPUs) the attention and embedding are split four ways.
+    quarter = resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=2)).memory.weight_bytes
+    assert quarter == pytest.approx(whole / 4 + (671e9 - whole) / 8, rel=1e-12)
+
+
+def test_llama_keeps_tp_weights_and_qwen3_does_not_at_tp2_attn_dp2():
+    """SGLang's Llama builds its attention and embedding over the whole tp group even under attention DP
+    (models/llama.py): 8.03 GB / 2 as at plain TP 2. Qwen3-8B's attention and embedding are over the group
+    of tp / attn_dp = 1 GPU (models/qwen3.py, qwen2.py): bf16, 2 B a parameter."""
+    llama = resolve(scenario("llama-3.1-8b", gpu="h200", tp=2, attn_dp=2)).memory.weight_bytes
+    assert llama == resolve(scenario("llama-3.1-8b", gpu="h200", tp=2)).memory.weight_bytes == 8.03 * 1e9 * 2 / 2
+    qwen = resolve(scenario("qwen3-8b", gpu="h200", tp=2, attn_dp=2))
+    whole = QWEN3_8B_ATTENTION + QWEN3_8B_EMBEDDING
+    assert qwen.memory.weight_bytes == pytest.approx((whole + (8.2e9 - whole) / 2) * 2, rel=1e-12)
+    plain = resolve(scenario("qwen3-8b", gpu="h200", tp=2))
+    moved = qwen.memory.weight_bytes - plain.memory.weight_bytes
+    assert plain.memory.kv_pool_bytes - qwen.memory.kv_pool_bytes == pytest.approx(moved, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS.names()))
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (8, 1), (4, 2)])
+def test_attn_dp_1_is_plain_tp_float_for_float(name, tp, pp):
+    """Without attention DP the share is the formula the simulator had: results stay byte-identical."""
+    m = MODELS.get(name)
+    assert weight_share(m, tp, pp).bytes == m.params_b * 1e9 * WEIGHT_BYTES[m.weights_dtype] / (tp * pp)
+
+
+def test_compute_model_reads_the_weights_a_gpu_holds():
+    """The per-step weight reads (lockstep or not) are the GPU's share: DeepSeek-V3 decode at tp 8 /
+    attn_dp 8 reads the whole attention every step."""
+    r = resolve(scenario({"preset": "deepseek-v3"}, gpu="h200", tp=8, attn_dp=8))
+    params = ComputeModel.from_resolved(r).params
+    assert params.weight_bytes == r.memory.weight_bytes == pytest.approx(94_672_697_792, rel=1e-12)
+
+
+def test_no_pool_message_says_the_attention_group_holds_its_share():
+    """mem_fraction_static 0.62 leaves DeepSeek-V3 a pool at plain TP 8 and none at attn_dp 8 on an H200;
+    the message shows the split, not params / ranks."""
+    assert resolve(scenario("deepseek-v3", gpu="h200", tp=8, mem_fraction_static=0.62)).device_tokens > 0
+    with pytest.raises(ConfigError, match=r"88\.17 GiB of fp8 weights per rank \(12\.34 B attention-group"):
+        resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=8, mem_fraction_static=0.62))
+
+
+def test_a_model_without_a_known_class_takes_the_default_split():
+    """A model typed in the scenario (no class): attention over the attention group, embedding and head
+    over tp; a count above its params_b is capped there (every parameter on the group)."""
+    typed = {"num_layers": 4, "params_b": 1.0, "q_heads": 16, "num_kv_heads": 4, "head_dim": 128}
+    model = Scenario.model_validate({**TINY_SCENARIO, "model": typed}).model.resolve()
+    assert split_of(model) is DEFAULT_SPLIT and (DEFAULT_SPLIT.attention, DEFAULT_SPLIT.embedding) == (ATTN_TP, TP)
+    attention = 4 * (2 * 2048 * 2048 + 2 * 2048 * 4 * 128)
+    assert weight_share(model, 4, 1, 2).bytes == pytest.approx((attention / 2 + (1e9 - attention) / 4) * 2)
+    tiny = ModelPreset("tiny", 4, 4, 128, 16, 0.01, 0.01, hidden_size=2048)
+    share = weight_share(tiny, 4, 1, 4)
+    assert (share.on_attn_tp, share.on_tp, share.bytes) == (0.01e9, 0.0, 0.01e9 * 2)
