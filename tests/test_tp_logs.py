@@ -49,3 +49,17 @@ def test_the_cases_own_readings_are_left_out_when_they_are_predicted():
     for case in CASES:
         r = row(case)
         assert (r["held_out"] != r["default"]) == bool(case.same_machine), case.name
+
+
+def test_readme_quotes_the_held_out_errors():
+    """README.md's TP > 1 paragraph quotes every case's error held out and before, and the largest held-out
+    error in GiB of pool per rank, at the precision it prints them."""
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    rows = [row(c) for c in CASES]
+    held = ", ".join(f"{r['error'] * 100:+.2f} %" for r in rows)
+    before = ", ".join(f"{r['error_before'] * 100:+.2f} %" for r in rows)
+    assert f"({held}; it was {before})" in text
+    worst = max(abs(r["error_gib"]) for r in rows)
+    assert f"within {worst:.2f} GiB per rank of the printed `max_total_num_tokens`" in text
