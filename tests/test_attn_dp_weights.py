@@ -6,6 +6,8 @@ config.json dimensions; ``docs/reference/sglang-data-parallel.md`` section 7 has
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import TINY_SCENARIO
 
@@ -148,3 +150,53 @@ def test_a_model_without_a_known_class_takes_the_default_split():
     tiny = ModelPreset("tiny", 4, 4, 128, 16, 0.01, 0.01, hidden_size=2048)
     share = weight_share(tiny, 4, 1, 4)
     assert (share.on_attn_tp, share.on_tp, share.bytes) == (0.01e9, 0.0, 0.01e9 * 2)
+
+
+SMALL = {
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "bias"),
+    [
+        ({"architectures": ["LlamaForCausalLM"]}, False),
+        ({"architectures": ["LlamaForCausalLM"], "attention_bias": True}, True),
+        ({"architectures": ["Qwen2ForCausalLM"]}, True),  # models/qwen2.py: bias=True whatever the config
+        (
+            {"architectures": ["Qwen2MoeForCausalLM"], "qkv_bias": False, "num_experts": 4, "num_experts_per_tok": 2},
+            False,
+        ),
+    ],
+)
+def test_qkv_biases_as_sglangs_class_builds_them(tmp_path, extra, bias):
+    """q (16 x 64) and k, v (4 x 64 each) biases, 1,536 a layer, where the class has them: in the
+    attention count and, for a dense model, in its parameters (embedding and head, 4 layers of attention,
+    MLP and two norms, the final norm)."""
+    (tmp_path / "config.json").write_text(json.dumps({**SMALL, **extra}))
+    m = model_from_config(str(tmp_path))
+    per_layer = 2 * 1024 * 1024 + 2 * 1024 * 256 + (1024 + 2 * 256 if bias else 0)
+    assert (m.attention_bias, attention_params(m)) == (bias, 4 * per_layer)
+    if not m.num_experts:
+        dense = 2 * 1000 * 1024 + 4 * (per_layer + 3 * 1024 * 4096 + 2 * 1024) + 1024
+        assert m.params_b * 1e9 == pytest.approx(dense, rel=1e-12)
+
+
+def test_a_tied_head_is_the_embeddings_table():
+    """One vocab x hidden table for a tied model: over the attention group with Qwen3's embedding, no second
+    table over tp."""
+    qwen = MODELS.get("qwen3-8b")
+    tied = ModelPreset(**{**qwen.__dict__, "tied_embeddings": True, "params_b": qwen.params_b - 0.622329856})
+    assert (
+        weight_share(tied, 2, 1, 2).on_attn_tp
+        == weight_share(qwen, 2, 1, 2).on_attn_tp
+        == QWEN3_8B_ATTENTION + QWEN3_8B_EMBEDDING
+    )
+    assert weight_share(tied, 2, 1, 2).on_tp == pytest.approx(weight_share(qwen, 2, 1, 2).on_tp - QWEN3_8B_EMBEDDING)
