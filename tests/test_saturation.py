@@ -96,6 +96,21 @@ def test_queue_growth_flags_an_overload_the_compute_model_underestimates(monkeyp
     assert under["rules_fired"] == [] and under["verdict"] == "within capacity"
 
 
+def test_the_instances_line_follows_the_measured_rho_when_it_is_larger(monkeypatch):
+    """The instance count comes from the larger of the model's and the measured rho; the per-instance
+    utilisation and the rate one instance takes must come from the same rho (they came from the model's:
+    '7 instances fit this load (utilisation 0.35 each; 9 for under 0.8), or one at under 1.12 requests/s'
+    where 0.41 were served)."""
+    real = sat.Demand.__call__
+    monkeypatch.setattr(sat.Demand, "__call__", lambda self, *a: real(self, *a) / 2)
+    s = block(ABOVE)
+    rho = 1.0 + s["wait_growth_s_per_s"]
+    assert rho > s["utilisation"] and s["instances_needed"] == int(rho) + 1
+    line = sat.saturation_line(s)
+    assert f"utilisation {rho / s['instances_needed']:.2f} each" in line, line
+    assert f"one at under {s['offered']['requests_per_s'] / rho:.2f} requests/s" in line, line
+
+
 def test_a_closed_loop_is_not_judged():
     """bench_multiturn's clients send only when answered: the queue is bounded by the clients."""
     sc = {

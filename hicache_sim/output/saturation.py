@@ -300,11 +300,16 @@ def saturation_line(s: dict) -> str | None:
 
 
 def fits(s: dict) -> str:
-    """What load would fit: the instances that bring utilisation under 1, or the rate one can take."""
+    """What load would fit: the instances that bring utilisation under 1, or the rate one can take. Both
+    follow the rho the instance count came from: the compute model's utilisation, or the measured one
+    (1 + the queue's growth) when that is larger, whose capacity is then the offered rate over it."""
     k, calm = s["instances_needed"], s.get("instances_within_capacity", s["instances_needed"])
-    util = s["utilisation"]
+    util, slope = s["utilisation"], s.get("wait_growth_s_per_s")
+    rho = max((x for x in (util, None if slope is None else 1.0 + slope) if x is not None), default=None)
     below = f"; {calm} for under {RHO_NEAR:g}" if calm > k else ""
-    each = f" (utilisation {util / k:.2f} each{below})" if util is not None else ""
-    rate = s["capacity"]["requests_per_s"]
+    each = f" (utilisation {rho / k:.2f} each{below})" if rho is not None else ""
+    rate, offered = s["capacity"]["requests_per_s"], s["offered"]["requests_per_s"]
+    if rho and offered and util is not None and rho > util:
+        rate = offered / rho  # the queue grew faster than the compute model says: it serves less
     one = f", or one at under {rate:.2f} requests/s" if rate is not None else ""
     return f"{k} instances fit this load{each}{one}"
