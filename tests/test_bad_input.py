@@ -117,6 +117,19 @@ SCENARIO_CASES = [
         id="draft-parameters-without-layers",
     ),
     pytest.param(
+        # a 200 B-parameter draft leaves no pool: the line named only the target's 8 B parameters
+        {
+            **TINY,
+            "cache": {**TINY["cache"], "device_tokens": None},
+            "model": {
+                "preset": "llama-3.1-8b",
+                "speculative": {"algorithm": "eagle3", "num_layers": 1, "params_b": 200},
+            },
+        },
+        ["hardware.mem_fraction_static", "leaves no KV pool", "the speculative draft's 372.53 GiB"],
+        id="draft-weights-leave-no-pool",
+    ),
+    pytest.param(
         {**TINY, "hardware": {"host_memory_gib": "2TB"}},
         ["hardware.host_memory_gib", "GiB as a bare number", "'2TB'"],
         id="host-memory-with-a-unit",

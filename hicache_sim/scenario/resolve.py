@@ -577,6 +577,12 @@ def no_pool_message(sc: Scenario, model: ModelPreset, gpu: GPUPreset, memory: Me
     hw = sc.hardware
     share = weight_share(model, hw.tp, hw.pp, hw.attn_dp).describe()
     weights = f"{memory.weight_bytes / GIB:.2f} GiB of {model.weights_dtype} weights per rank ({share})"
+    draft = speculative_draft(sc, model)
+    if draft.weight_bytes or draft.device_bpt:  # the share above is the target's: say what the draft adds
+        weights += (
+            f", the speculative draft's {draft.weight_bytes / GIB:.2f} GiB of them, and its KV "
+            f"{draft.device_bpt} B a token in the cell (model.speculative; an MTP module: model.nextn_params_b)"
+        )
     helps = [r for r in (remedy(sc, model, gpu) for remedy in NO_POOL_REMEDIES) if r]
     advice = (
         f"any of these leaves one: {'; '.join(helps)}"
