@@ -376,6 +376,14 @@ def test_local_unreadable_or_empty_machine_is_one_line(tmp_path, monkeypatch, sp
     assert_user_error(invoke("validate", path, "--node-memory", "local"), "--node-memory local", *fragments)
 
 
+def test_local_memory_is_printed_to_a_tenth_of_a_gib(tmp_path):
+    """The lowered host ratio's warning printed --node-memory local's figure as a float's every digit
+    ('of 22.27517318725586 GiB less its 10 GiB reserve')."""
+    _, data = scenario(tmp_path, {"gpu": "h100", "tp": 8, "host_memory_gib": 22.27517318725586})
+    warnings = resolve(build_scenario(data, "s.yaml")).warnings
+    assert any("of 22.3 GiB less its 10 GiB reserve" in w for w in warnings), warnings
+
+
 def test_presets_lists_every_node():
     r = invoke("presets", "nodes")
     assert r.exit_code == 0

@@ -685,13 +685,13 @@ def default_host_ratio(sc: Scenario, device_tokens: int, bpt: int, warnings: lis
     if fits <= 0:
         raise ConfigError(
             "hardware.host_memory_gib",
-            f"{hw.host_memory_gib} GiB leaves no host memory after SGLang's 10 GiB reserve; give more, or a "
+            f"{hw.host_memory_gib:.1f} GiB leaves no host memory after SGLang's 10 GiB reserve; give more, or a "
             "host size (cache.host_ratio, host_size_gb or host_tokens)",
         )
     if fits < ratio:
         warnings.append(
             f"host pool: SGLang lowers its default ratio {ratio} to {fits:.3f} so the host pools of {ranks} "
-            f"rank(s) fit {c.host_memory_fraction} of {hw.host_memory_gib} GiB less its 10 GiB reserve"
+            f"rank(s) fit {c.host_memory_fraction} of {hw.host_memory_gib:.1f} GiB less its 10 GiB reserve"
         )
     return min(ratio, fits)
 
