@@ -146,3 +146,35 @@ def test_replay_bad_input(tmp_path, tiny):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
 def test_cuda_asked_without_cuda(tiny, tmp_path):
     assert_user_error(invoke("replay", tiny, "--device", "cuda", "--out", tmp_path / "o"), "no CUDA device")
+
+
+def test_replay_of_an_attention_dp_scenario_copies_a_groups_heads(tmp_path):
+    """Under attention DP a rank holds the KV heads of its group's tp / attn_dp GPUs (2 of 2 heads at tp 2 /
+    attn_dp 2), as the resolver sizes the page: the harness split them over all tp ranks and refused every
+    such scenario ('KV shape gives 4096 B/page, the scenario 8192')."""
+    data = {**TINY, "name": "tiny-adp", "hardware": {"tp": 2, "attn_dp": 2}}
+    data["model"] = {**TINY["model"], "num_kv_heads": 2, "q_heads": 4}
+    path = tmp_path / "adp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "rep"
+    r = invoke("replay", path, "--device", "cpu", "--out", out, "--limit", 4)
+    assert r.exit_code == 0, r.output
+    meta = json.loads((out / "replay.json").read_text())
+    assert meta["integrity"]["passed"] and meta["pools"]["host_shape"][3] == 2  # page_first: heads, dim
+
+
+def test_replay_refuses_side_pools_before_simulating(tmp_path):
+    """A NEXTN scenario's transfers carry the MTP rows the harness does not copy: refused in one line before
+    the instant run that would log them (the volume line came first)."""
+    data = {
+        **TINY,
+        "name": "nextn",
+        "model": {"preset": "deepseek-v3", "speculative": {"algorithm": "nextn"}},
+        "hardware": {"gpu": "h200", "tp": 8},
+        "cache": {"page_size": 64, "host_ratio": 2, "write_policy": "write_through"},
+    }
+    path = tmp_path / "nextn.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = invoke("replay", path, "--device", "cpu", "--out", tmp_path / "rep")
+    assert_user_error(r, "copies the KV pool only", "MTP draft")
+    assert "host<->device transfers" not in r.output and not (tmp_path / "rep").exists()

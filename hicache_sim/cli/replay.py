@@ -157,6 +157,7 @@ def _replay_log(source, scenario_opt, set_, device, out, limit, per_layer, max_p
     sc, log = _scenario_for(source, scenario_opt, set_)
     folder = check_files_target(out or Path("results") / "replay" / sc.name, LOG_FILES)
     r = resolve(sc)
+    load_replay().KVShape.from_resolved(r)  # a scenario the harness cannot copy: refused before simulating
     if log is None:  # a scenario: its instant-mode log
         res = simulate_log(
             sc.model_copy(update={"mode": "instant"}), base_dir=resolve_builtin(source, "scenarios").parent

@@ -84,12 +84,14 @@ class KVShape:
     def from_resolved(cls, r: Resolved) -> KVShape:
         """The per-rank shape a resolved scenario's pages have (bytes agree with ``r.page_bytes``): one
         tensor-parallel rank of one pipeline stage (``r.stage_layers`` layers)."""
+        from ..scenario.resolve import kv_heads  # the resolver's rule: heads over one attention group's GPUs
+
         m = r.model
         layers = r.stage_layers
         if m.attention == "mla":
             shape = cls(layers, 1, 1, m.kv_lora_rank + m.qk_rope_head_dim, r.cache.page_size, r.scenario.model.dtype)
         else:
-            heads = max(1, m.num_kv_heads // r.scenario.hardware.tp)
+            heads = kv_heads(m, r.scenario.hardware)
             shape = cls(layers, 2, heads, m.head_dim, r.cache.page_size, r.scenario.model.dtype)
         if shape.page_bytes != r.page_bytes:  # the sizing rules and this shape must agree
             raise ReplayError(f"KV shape gives {shape.page_bytes} B/page, the scenario {r.page_bytes}")
