@@ -19,6 +19,7 @@ from hicache_sim.hardware.params import (
     TP,
     WEIGHT_SPLITS,
     attention_params,
+    replicated_params,
     split_of,
     weight_share,
 )
@@ -34,6 +35,8 @@ DSV3_Q = 7168 * 1536 + 1536 + 1536 * 128 * (128 + 64)  # q_a, q_a_layernorm, q_b
 DSV3_KV = 7168 * (512 + 64) + 512 + 512 * 128 * (128 + 128)  # kv_a with the rope key, kv_a_layernorm, kv_b
 DSV3_ATTENTION = 61 * (DSV3_Q + DSV3_KV + 128 * 128 * 7168)  # and o
 DSV3_EMBEDDING = 129280 * 7168
+# q_a and kv_a (with the rope key) and their norms are ReplicatedLinear: whole on every rank at any tp.
+DSV3_REPLICATED = 61 * (7168 * 1536 + 1536 + 7168 * (512 + 64) + 512)
 # Llama-3.1: q and o hidden x hidden, k and v hidden x 8 KV heads x 128.
 LLAMA_8B_ATTENTION = 32 * (2 * 4096 * 4096 + 2 * 4096 * 8 * 128)
 LLAMA_70B_ATTENTION = 80 * (2 * 8192 * 8192 + 2 * 8192 * 8 * 128)
@@ -85,20 +88,29 @@ def test_deepseek_v3_tp8_attn_dp8_on_h200_holds_the_whole_attention():
     """Every GPU holds the whole MLA attention and embedding (12.34 B, fp8: 1 B each), the rest / 8:
     94.67 GB, 10.80 GB more than plain TP 8; the device pool loses the same bytes (70,272 B a token, whole
     pages of 64)."""
-    plain = resolve(scenario("deepseek-v3", gpu="h200", tp=8))
-    dpa = resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=8))
+    # one mem_fraction_static for both (SGLang's default for plain TP 8 here), so the pools differ by the
+    # weights alone; attention DP's own reserve is test_attention_dp_reserve_lowers_the_default_fraction
+    plain = resolve(scenario("deepseek-v3", gpu="h200", tp=8, mem_fraction_static=0.811))
+    dpa = resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=8, mem_fraction_static=0.811))
     whole = DSV3_ATTENTION + DSV3_EMBEDDING
     weights = whole + (671e9 - whole) / 8
     assert weights == 94_672_697_792
     assert dpa.memory.weight_bytes == pytest.approx(weights, rel=1e-12)
-    assert dpa.memory.weight_bytes - plain.memory.weight_bytes == pytest.approx(10_797_697_792, rel=1e-12)
+    # plain TP 8 already holds the replicated down-projections whole
+    plain_weights = DSV3_REPLICATED + (671e9 - DSV3_REPLICATED) / 8
+    assert plain.memory.weight_bytes == pytest.approx(plain_weights, rel=1e-12)
+    assert dpa.memory.weight_bytes - plain.memory.weight_bytes == pytest.approx(9_989_554_176, rel=1e-12)
     pool = dpa.memory.pre_load_free_bytes - weights - dpa.memory.reserved_bytes
     assert dpa.bytes_per_token == 70_272
     assert dpa.device_tokens == int(pool) // 70_272 // 64 * 64 == 355_264
-    assert plain.device_tokens == 508_928  # 30 % more tokens where the attention is split
-    # At attn_dp 2 (groups of 4 GPUs) the attention and embedding are split four ways.
+    plain_pool = plain.memory.pre_load_free_bytes - plain_weights - plain.memory.reserved_bytes
+    assert plain.device_tokens == int(plain_pool) // 70_272 // 64 * 64  # more tokens where attention is split
+    assert plain.device_tokens > 1.35 * dpa.device_tokens
+    # At attn_dp 2 (groups of 4 GPUs) the attention and embedding are split four ways, but for the
+    # replicated down-projections, whole on each GPU.
     quarter = resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=2)).memory.weight_bytes
-    assert quarter == pytest.approx(whole / 4 + (671e9 - whole) / 8, rel=1e-12)
+    split = whole - DSV3_REPLICATED
+    assert quarter == pytest.approx(DSV3_REPLICATED + split / 4 + (671e9 - whole) / 8, rel=1e-12)
 
 
 def test_llama_keeps_tp_weights_and_qwen3_does_not_at_tp2_attn_dp2():
@@ -107,10 +119,10 @@ def test_llama_keeps_tp_weights_and_qwen3_does_not_at_tp2_attn_dp2():
     of tp / attn_dp = 1 GPU (models/qwen3.py, qwen2.py): bf16, 2 B a parameter."""
     llama = resolve(scenario("llama-3.1-8b", gpu="h200", tp=2, attn_dp=2)).memory.weight_bytes
     assert llama == resolve(scenario("llama-3.1-8b", gpu="h200", tp=2)).memory.weight_bytes == 8.03 * 1e9 * 2 / 2
-    qwen = resolve(scenario("qwen3-8b", gpu="h200", tp=2, attn_dp=2))
+    qwen = resolve(scenario("qwen3-8b", gpu="h200", tp=2, attn_dp=2, mem_fraction_static=0.9))
     whole = QWEN3_8B_ATTENTION + QWEN3_8B_EMBEDDING
     assert qwen.memory.weight_bytes == pytest.approx((whole + (8.2e9 - whole) / 2) * 2, rel=1e-12)
-    plain = resolve(scenario("qwen3-8b", gpu="h200", tp=2))
+    plain = resolve(scenario("qwen3-8b", gpu="h200", tp=2, mem_fraction_static=0.9))
     moved = qwen.memory.weight_bytes - plain.memory.weight_bytes
     assert plain.memory.kv_pool_bytes - qwen.memory.kv_pool_bytes == pytest.approx(moved, rel=1e-9)
 
@@ -118,9 +130,27 @@ def test_llama_keeps_tp_weights_and_qwen3_does_not_at_tp2_attn_dp2():
 @pytest.mark.parametrize("name", sorted(MODELS.names()))
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (8, 1), (4, 2)])
 def test_attn_dp_1_is_plain_tp_float_for_float(name, tp, pp):
-    """Without attention DP the share is the formula the simulator had: results stay byte-identical."""
+    """Without attention DP the share is params / (tp x pp), float for float (results stay byte-identical),
+    except for the parts every rank holds whole at tp > 1 (MLA's down-projections)."""
     m = MODELS.get(name)
-    assert weight_share(m, tp, pp).bytes == m.params_b * 1e9 * WEIGHT_BYTES[m.weights_dtype] / (tp * pp)
+    per = WEIGHT_BYTES[m.weights_dtype]
+    whole = replicated_params(m) if tp > 1 else 0
+    if not whole:
+        assert weight_share(m, tp, pp).bytes == m.params_b * 1e9 * per / (tp * pp)
+    else:
+        expected = (whole + (m.params_b * 1e9 - whole) / tp) / pp * per
+        assert weight_share(m, tp, pp).bytes == pytest.approx(expected, rel=1e-12)
+
+
+def test_mla_down_projections_are_whole_on_every_rank():
+    """DeepSeek-V3's q_a / kv_a (ReplicatedLinear, models/deepseek_v2.py) are 0.92 B parameters, on every
+    rank at any tp: at tp 8 in fp8 0.81 GB per GPU more than params / 8; an MHA model has none."""
+    m = MODELS.get("deepseek-v3")
+    assert replicated_params(m) == DSV3_REPLICATED == 923_592_704
+    extra = weight_share(m, 8, 1).bytes - 671e9 / 8
+    assert extra == pytest.approx(DSV3_REPLICATED * 7 / 8, rel=1e-9)
+    assert replicated_params(MODELS.get("llama-3.1-70b")) == 0
+    assert weight_share(m, 1, 1).bytes == 671e9  # one rank holds everything once
 
 
 def test_compute_model_reads_the_weights_a_gpu_holds():
@@ -135,7 +165,9 @@ def test_no_pool_message_says_the_attention_group_holds_its_share():
     """mem_fraction_static 0.62 leaves DeepSeek-V3 a pool at plain TP 8 and none at attn_dp 8 on an H200;
     the message shows the split, not params / ranks."""
     assert resolve(scenario("deepseek-v3", gpu="h200", tp=8, mem_fraction_static=0.62)).device_tokens > 0
-    with pytest.raises(ConfigError, match=r"88\.17 GiB of fp8 weights per rank \(12\.34 B attention-group"):
+    with pytest.raises(
+        ConfigError, match=r"88\.17 GiB of fp8 weights per rank \(0\.92 B on every rank \+ 11\.42 B attention-group"
+    ):
         resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=8, mem_fraction_static=0.62))
 
 
@@ -200,3 +232,18 @@ def test_a_tied_head_is_the_embeddings_table():
         == QWEN3_8B_ATTENTION + QWEN3_8B_EMBEDDING
     )
     assert weight_share(tied, 2, 1, 2).on_tp == pytest.approx(weight_share(qwen, 2, 1, 2).on_tp - QWEN3_8B_EMBEDDING)
+
+
+def test_attention_dp_reserve_lowers_the_default_fraction():
+    """SGLang 0.5.23 keeps 3 MiB per decode-graph batch size and attention-DP group back for padding, 1.5
+    more above a max_bs of 300 (arg_groups/memory_hook.py 370-378), before the 10 GiB floor: DeepSeek-V3
+    at tp 8 on an H200 (143,771 MiB, graph max_bs 512, this scenario's 16,384-token prefill budget)."""
+    base = 512 + 16384 * 1.5 + 512 * 2 + 8 / 8 * 1024
+    for attn_dp, extra in ((1, 0.0), (2, 512 * 2 * 4.5), (8, 512 * 8 * 4.5)):
+        r = resolve(scenario("deepseek-v3", gpu="h200", tp=8, attn_dp=attn_dp))
+        assert r.cuda_graph_max_bs == 512
+        assert r.memory.mem_fraction_static == round((143_771 - base - extra) / 143_771, 3), attn_dp
+    small = resolve(scenario("llama-3.1-8b", gpu="h200", tp=2, attn_dp=2))  # max_bs 256: 3 MiB only
+    assert small.memory.mem_fraction_static == round(
+        (143_771 - (512 + 16384 * 1.5 + 256 * 2 + 256) - 256 * 2 * 3) / 143_771, 3
+    )

@@ -133,7 +133,7 @@ def test_default_mem_fraction_static_is_sglangs_rule(gpu, chunk, tp, want):
 
 
 def test_weights_that_do_not_fit_are_refused_naming_the_numbers():
-    with pytest.raises(ConfigError, match=r"hardware.mem_fraction_static.*deepseek-r1.*h100 at tp 8 x pp 1.*78.11 GiB"):
+    with pytest.raises(ConfigError, match=r"hardware.mem_fraction_static.*deepseek-r1.*h100 at tp 8 x pp 1.*78.87 GiB"):
         resolved(model="deepseek-r1", hardware={"tp": 8})
     assert resolved(model="deepseek-r1", hardware={"gpu": "h200", "tp": 8}).device_tokens > 500_000  # fp8 fits
 

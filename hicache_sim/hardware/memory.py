@@ -15,8 +15,9 @@ in the ``1 - mem_fraction_static`` reserve.
 When ``mem_fraction_static`` is not given it follows SGLang's default rule: reserve 512 MiB + 1.5 MiB
 per token of the prefill chunk (at least 2048 tokens) + 2 MiB per CUDA-graph batch size + 1 GiB per 8
 ranks of TP x PP, at least 10 GiB on GPUs above 60 GiB, and keep ``(capacity - reserve) / capacity``
-(rounded to 3 decimals). Not modelled: speculative-decoding and DP-attention reserves, multimodal
-adjustments, memory used by the weights beyond parameters x bytes (scales, buffers).
+(rounded to 3 decimals); with attention DP, 3 MiB (4.5 above 300) more per decode-graph batch size and
+group, before the 10 GiB floor. Not modelled: speculative-decoding reserves, 0.5.23's prefill-graph
+reserve, multimodal adjustments, memory used by the weights beyond parameters x bytes (scales, buffers).
 """
 
 from __future__ import annotations
@@ -71,10 +72,14 @@ def max_running_requests(pool_tokens: int, context_len: int, given: int | None =
 
 
 def default_mem_fraction_static(
-    memory_mib: float, chunked_prefill_tokens: int, cuda_graph_max_bs: int, tp: int, pp: int
+    memory_mib: float, chunked_prefill_tokens: int, cuda_graph_max_bs: int, tp: int, pp: int, attn_dp: int = 1
 ) -> float:
-    """SGLang's default ``mem_fraction_static``: (memory - reserve) / memory, rounded to 3 decimals."""
+    """SGLang's default ``mem_fraction_static``: (memory - reserve) / memory, rounded to 3 decimals. With
+    attention DP the decode graphs' padding takes 3 MiB per batch size and group, 4.5 above 300
+    (``reserve_for_graph_mb``, ``arg_groups/memory_hook.py`` 370-378 in 0.5.23)."""
     reserve = 512.0 + max(chunked_prefill_tokens, 2048) * 1.5 + cuda_graph_max_bs * 2.0 + tp * pp / 8 * 1024
+    if attn_dp > 1:
+        reserve += cuda_graph_max_bs * attn_dp * (4.5 if cuda_graph_max_bs > 300 else 3.0)
     if memory_mib > 60 * 1024:
         reserve = max(reserve, 10 * 1024.0)
     return round((memory_mib - reserve) / memory_mib, 3)

@@ -19,6 +19,12 @@ Attention parameters of one layer (SGLang's module for it; norms of the low-rank
                  (kv_a with the rope key, its norm, kv_b, o)
 where ``nope = head_dim - qk_rope_head_dim`` (``head_dim`` is MLA's query/key width) and ``v`` the value
 head width. Weight bytes are parameters x the dtype's bytes, the presets' rule, for every part.
+
+Some parts are whole on every rank at any tp (``replicated_params``): the DeepSeek-V2 family's MLA
+down-projections (``fused_qkv_a_proj_with_mqa`` / ``kv_a_proj_with_mqa`` are ``ReplicatedLinear``,
+``models/deepseek_v2.py`` 2070-2076, 2095-2101) with the latents' norms: ``hidden x (q_lora + kv_lora +
+rope) + q_lora + kv_lora`` a layer, 0.92 B parameters for DeepSeek-V3, about 0.8 GB per GPU at tp 8 in
+fp8 that ``params / tp`` would leave out.
 """
 
 from __future__ import annotations
@@ -120,6 +126,16 @@ def attention_params(model: ModelPreset) -> int:
     return model.num_layers * per_layer
 
 
+def replicated_params(model: ModelPreset) -> int:
+    """Parameters every rank holds whole whatever the tp: an MLA model's down-projections (q_a with its
+    norm, kv_a with the rope key and its norm; ``ReplicatedLinear`` in SGLang's DeepSeek-V2 family)."""
+    if model.attention != "mla":
+        return 0
+    q_a = model.hidden * model.q_lora_rank + model.q_lora_rank if model.q_lora_rank else 0
+    kv_a = model.hidden * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
+    return model.num_layers * (q_a + kv_a)
+
+
 def embedding_params(model: ModelPreset) -> tuple[int, int]:
     """(input embedding, LM head) parameters: ``vocab x hidden`` each, the head 0 when tied to the
     embedding (one table); both 0 when the model gives no vocabulary."""
@@ -130,7 +146,8 @@ def embedding_params(model: ModelPreset) -> tuple[int, int]:
 @dataclass(frozen=True)
 class WeightShare:
     """One GPU's weights: the parameters sharded over one attention group of ``attn_tp`` ranks, those
-    over all ``tp`` ranks, and the bytes per GPU of a pipeline stage of ``pp``."""
+    over all ``tp`` ranks, those whole on every rank (``replicated``), and the bytes per GPU of a pipeline
+    stage of ``pp``."""
 
     on_attn_tp: float
     on_tp: float
@@ -138,24 +155,27 @@ class WeightShare:
     attn_tp: int
     pp: int
     bytes_per_param: float
+    replicated: float = 0.0
 
     @property
     def bytes(self) -> float:
         """Weight bytes on one GPU."""
-        if not self.on_attn_tp:  # every part over tp: the plain TP formula, float for float
+        if not self.on_attn_tp and not self.replicated:  # every part over tp: the plain TP formula
             return self.on_tp * self.bytes_per_param / (self.tp * self.pp)
-        return (self.on_attn_tp / self.attn_tp + self.on_tp / self.tp) / self.pp * self.bytes_per_param
+        sharded = self.on_attn_tp / self.attn_tp + self.on_tp / self.tp
+        return (self.replicated + sharded) / self.pp * self.bytes_per_param
 
     def describe(self) -> str:
         """The split in words, for messages: ``671 B parameters x 1 B / 8 ranks`` without attention DP."""
         stages = f" / pp {self.pp}" if self.pp > 1 else ""
-        if not self.on_attn_tp:
+        if not self.on_attn_tp and not self.replicated:
             ranks = self.tp * self.pp
             return f"{self.on_tp / 1e9:g} B parameters x {self.bytes_per_param:g} B / {ranks} rank{'s' * (ranks > 1)}"
-        return (
-            f"{self.on_attn_tp / 1e9:.2f} B attention-group parameters / {self.attn_tp} + "
-            f"{self.on_tp / 1e9:.2f} B / tp {self.tp}{stages}, x {self.bytes_per_param:g} B"
+        whole = f"{self.replicated / 1e9:.2f} B on every rank + " if self.replicated else ""
+        group = (
+            f"{self.on_attn_tp / 1e9:.2f} B attention-group parameters / {self.attn_tp} + " if self.on_attn_tp else ""
         )
+        return f"{whole}{group}{self.on_tp / 1e9:.2f} B / tp {self.tp}{stages}, x {self.bytes_per_param:g} B"
 
 
 def weight_share(model: ModelPreset, tp: int, pp: int, attn_dp: int = 1) -> WeightShare:
@@ -166,13 +186,15 @@ def weight_share(model: ModelPreset, tp: int, pp: int, attn_dp: int = 1) -> Weig
     dimensions give keeps the whole of them on the attention group)."""
     total = model.params_b * 1e9
     per_param = WEIGHT_BYTES[model.weights_dtype]
+    whole = min(float(replicated_params(model)), total) if tp > 1 else 0.0
     if attn_dp == 1:
-        return WeightShare(0.0, total, tp, tp, pp, per_param)
+        return WeightShare(0.0, total - whole, tp, tp, pp, per_param, whole)
     split = split_of(model)
     embed, head = embedding_params(model)
-    parts = ((split.attention, attention_params(model)), (split.embedding, embed), (split.lm_head, head))
-    grouped = min(float(sum(n for group, n in parts if group == ATTN_TP)), total)
-    return WeightShare(grouped, total - grouped, tp, tp // attn_dp, pp, per_param)
+    attention = attention_params(model) - replicated_params(model)
+    parts = ((split.attention, attention), (split.embedding, embed), (split.lm_head, head))
+    grouped = min(float(sum(n for group, n in parts if group == ATTN_TP)), total - whole)
+    return WeightShare(grouped, total - whole - grouped, tp, tp // attn_dp, pp, per_param, whole)
 
 
 def weight_bytes_per_gpu(model: ModelPreset, tp: int, pp: int, attn_dp: int = 1) -> float:

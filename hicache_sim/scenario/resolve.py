@@ -364,7 +364,7 @@ def memory_plan(sc: Scenario, model: ModelPreset, gpu: GPUPreset, chunk: int | N
         mfs, source = hw.mem_fraction_static, "given"
     else:
         reserve_chunk = chunk or sc.scheduler.max_prefill_tokens
-        mfs = default_mem_fraction_static(mem_mib, reserve_chunk, graph_bs, hw.tp, hw.pp)
+        mfs = default_mem_fraction_static(mem_mib, reserve_chunk, graph_bs, hw.tp, hw.pp, hw.attn_dp)
         source = "SGLang default"
         if mfs <= 0:
             raise ConfigError(
@@ -530,7 +530,7 @@ def _more_tp(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
     hw = sc.hardware
     for tp in range(hw.tp + 1, MAX_RANKS // hw.pp + 1):
         if _holds(sc, model, gpu, tp=tp):
-            return f"--tp-size {tp} (hardware.tp; weights per rank / {tp / hw.tp:g})"
+            return f"--tp-size {tp} (hardware.tp; {_weights_move(model, hw, tp=tp)})"
     return None
 
 
@@ -538,8 +538,15 @@ def _more_pp(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
     hw = sc.hardware
     for pp in range(hw.pp + 1, MAX_RANKS // hw.tp + 1):
         if _holds(sc, model, gpu, pp=pp):
-            return f"--pp-size {pp} (hardware.pp; weights per rank / {pp / hw.pp:g})"
+            return f"--pp-size {pp} (hardware.pp; {_weights_move(model, hw, pp=pp)})"
     return None
+
+
+def _weights_move(model: ModelPreset, hw: HardwareSpec, *, tp: int | None = None, pp: int | None = None) -> str:
+    """Weights per rank now and with ``tp`` / ``pp`` ranks (what every rank holds whole does not shrink)."""
+    now = weight_bytes_per_gpu(model, hw.tp, hw.pp, hw.attn_dp)
+    then = weight_bytes_per_gpu(model, tp or hw.tp, pp or hw.pp, hw.attn_dp)
+    return f"weights per rank {now / GIB:.2f} -> {then / GIB:.2f} GiB"
 
 
 def _larger_gpu(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
