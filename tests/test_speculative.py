@@ -15,7 +15,7 @@ from hicache_sim.core import ConfigError
 from hicache_sim.hardware.hfconfig import MODELS_DIR, model_from_config
 from hicache_sim.hardware.presets import MODELS
 from hicache_sim.hardware.speculative import SPEC_ALGORITHMS
-from hicache_sim.scenario import build_scenario, resolve, scenario_dump
+from hicache_sim.scenario import build_scenario, load_scenario, resolve, scenario_dump
 from hicache_sim.scenario.preflight import node_check
 from hicache_sim.sglang import from_command, to_command
 from hicache_sim.sglang.flags import parse_command
@@ -270,3 +270,20 @@ def test_an_explicit_model_with_mtp_layers_counts_the_given_module():
     plain = resolve(build_scenario({**data, "model": {**data["model"], "speculative": None}}, "x"))
     assert r.memory.weight_bytes - plain.memory.weight_bytes == pytest.approx(0.5e9 * 2)
     assert (r.draft.device_bpt, r.draft.packed) == (2 * 8 * 128 * 2, True)  # one target layer, packed
+
+
+def test_an_eagle3_draft_under_attention_dp_is_split_over_its_attention_group(tmp_path):
+    """SGLang 0.5.23 runs an EAGLE3 draft whole inside one attention-DP group (legacy_draft_parallel_spec:
+    SINGLE_GROUP; speculative/draft_parallel.py), so its weights are split over tp / attn_dp ranks, not tp:
+    at tp 4 / attn_dp 2, half of them per GPU where plain TP 4 holds a quarter."""
+    _draft_folder(tmp_path, EAGLE3_HEAD)
+    path = tmp_path / "s.yaml"
+    spec = "speculative: {algorithm: eagle3, config: draft}"
+    weights = {}
+    for attn_dp in (1, 2):
+        path.write_text(
+            f"name: s\nmodel: {{preset: qwen3-8b, {spec}}}\nhardware: {{gpu: h200, tp: 4, attn_dp: {attn_dp}}}\n"
+        )
+        weights[attn_dp] = resolve(load_scenario(path)).draft.weight_bytes
+    assert weights[1] == pytest.approx(EAGLE3_PARAMS * 2 / 4, rel=1e-12)
+    assert weights[2] == pytest.approx(EAGLE3_PARAMS * 2 / 2, rel=1e-12)

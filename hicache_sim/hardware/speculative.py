@@ -45,7 +45,10 @@ class SpecAlgorithm:
     for; ``draft``: ``required`` (a draft model path), ``optional`` (without one the target's MTP layers
     are the draft) or ``none`` (no draft model); ``packs_mtp``: HiCache packs an MTP draft into the
     target's host pool (SGLang's ``is_eagle() and not is_eagle3()``); ``running_default``: the
-    ``--max-running-requests`` SGLang sets when it is unset."""
+    ``--max-running-requests`` SGLang sets when it is unset; ``single_group``: under attention DP the draft
+    runs whole inside one attention group, its weights split over that group's ranks only (SGLang's
+    ``legacy_draft_parallel_spec``: EAGLE3; ``speculative/draft_parallel.py`` 17-67), where the others
+    take the target's layout."""
 
     name: str
     sglang: str
@@ -53,13 +56,14 @@ class SpecAlgorithm:
     draft: str
     packs_mtp: bool
     running_default: int | None = 48
+    single_group: bool = False
 
 
 #: Algorithms the simulator sizes (scenario ``model.speculative.algorithm``).
 SPEC_ALGORITHMS: Registry[SpecAlgorithm] = Registry("speculative algorithm", "model.speculative.algorithm")
 SPEC_ALGORITHMS.add("eagle", SpecAlgorithm("eagle", "EAGLE", True, "optional", True))
 SPEC_ALGORITHMS.add("nextn", SpecAlgorithm("nextn", "NEXTN", True, "optional", True))
-SPEC_ALGORITHMS.add("eagle3", SpecAlgorithm("eagle3", "EAGLE3", True, "required", False))
+SPEC_ALGORITHMS.add("eagle3", SpecAlgorithm("eagle3", "EAGLE3", True, "required", False, single_group=True))
 SPEC_ALGORITHMS.add("standalone", SpecAlgorithm("standalone", "STANDALONE", True, "required", False))
 SPEC_ALGORITHMS.add("ngram", SpecAlgorithm("ngram", "NGRAM", False, "none", False))
 
@@ -169,7 +173,9 @@ def draft_kv(
             target.nextn_params_b,
             target.weights_dtype,
         )
-    weights = draft.params_b * 1e9 * WEIGHT_BYTES[draft.weights_dtype] / ranks
+    # A single-group draft under attention DP is split over its attention group (tp / attn_dp ranks) only.
+    split = attn_tp if algo.single_group and attn_dp > 1 else ranks
+    weights = draft.params_b * 1e9 * WEIGHT_BYTES[draft.weights_dtype] / split
     if draft.layers == 0:  # SGLang charges no KV for a draft of 0 KV layers
         return DraftKV(algo.name, 0, 0, 0, False, weights)
     target_bpt = kv_bytes_per_token(_dims(target.attention, target, dtype, stage_layers), attn_tp)
