@@ -247,3 +247,14 @@ def test_attention_dp_reserve_lowers_the_default_fraction():
     assert small.memory.mem_fraction_static == round(
         (143_771 - (512 + 16384 * 1.5 + 256 * 2 + 256) - 256 * 2 * 3) / 143_771, 3
     )
+
+
+def test_a_class_not_built_for_attention_dp_is_named():
+    """Llama builds its attention over the whole tp group (models/llama.py): under attention DP resolve
+    says so in one warning; Qwen3, built for it, gets none."""
+    llama = resolve(scenario("llama-3.1-8b", gpu="h200", tp=2, attn_dp=2))
+    assert any("LlamaForCausalLM builds its attention over the whole tp group" in w for w in llama.warnings)
+    assert not any(
+        "builds its attention" in w for w in resolve(scenario("qwen3-8b", gpu="h200", tp=2, attn_dp=2)).warnings
+    )
+    assert not any("builds its attention" in w for w in resolve(scenario("llama-3.1-8b", gpu="h200", tp=2)).warnings)

@@ -26,7 +26,8 @@ from ..hardware.memory import (
     default_mem_fraction_static,
     max_running_requests,
 )
-from ..hardware.params import weight_bytes_per_gpu, weight_share
+from ..hardware.params import TP as TP_GROUP
+from ..hardware.params import split_of, weight_bytes_per_gpu, weight_share
 from ..hardware.presets import (
     GPUS,
     LINKS,
@@ -423,6 +424,12 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), attn_tp(hw))
     draft = speculative_draft(sc, model)
     warnings: list[str] = []
+    if hw.attn_dp > 1 and split_of(model).attention == TP_GROUP:
+        warnings.append(
+            f"hardware.attn_dp {hw.attn_dp}: SGLang 0.5.23's {model.architecture} builds its attention over the "
+            f"whole tp group, not for attention DP (its layer boundary sums the attention over one group: "
+            f"{split_of(model).source}); the run shows a class built for it, with this model's weights per GPU"
+        )
     chunk, graph_bs = chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu)
     memory = memory_plan(sc, model, gpu, chunk, graph_bs)
     chunk = attn_dp_chunk(chunk, hw.attn_dp)
