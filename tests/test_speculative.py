@@ -171,6 +171,20 @@ def test_eagle_with_an_mtp_draft_folder_is_packed_and_an_eagle_head_is_not(tmp_p
     assert (r.draft.packed, r.draft.own_pool_bpt) == (False, EAGLE3_HOST)
 
 
+def test_a_checkpoint_sglang_reads_as_an_mtp_draft_is_one_packed_layer():
+    """Read as a draft, SGLang 0.5.23 rewrites a Qwen3-MoE checkpoint to its MTP module with
+    num_nextn_predict_layers = 1 (configs/model_config.py 1155-1157), whatever its file says: one draft
+    layer, packed for EAGLE, the cell one target layer wider: Qwen3-30B-A3B's 48 layers x 4 KV heads x 128
+    x K and V x 2 bytes = 98304 B a token, + 98304 / 48 = 2048. It was read as a 48-layer draft with a host
+    pool of its own (the cell twice as wide)."""
+    data = {
+        "name": "x",
+        "model": {"preset": "qwen3-30b-a3b", "speculative": {"algorithm": "eagle", "config": "builtin:qwen3-30b-a3b"}},
+    }
+    draft = resolve(build_scenario(data, "x")).draft
+    assert (draft.layers, draft.packed, draft.device_bpt, draft.host_bpt) == (1, True, 2048, 2048)
+
+
 def test_speculative_decoding_caps_running_requests_at_48_unless_given():
     assert resolve(from_command(DSV3 + " --speculative-algorithm NGRAM").scenario).max_running_requests == 48
     given = from_command(DSV3 + " --speculative-algorithm NEXTN --max-running-requests 64").scenario

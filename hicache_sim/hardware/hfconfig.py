@@ -79,6 +79,34 @@ TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp16", None: 
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 # The multi-token-prediction layers a checkpoint carries (SGLang ModelConfig.num_nextn_predict_layers).
 NEXTN_KEY = "num_nextn_predict_layers"
+#: Checkpoints SGLang 0.5.23 reads as a one-layer MTP draft whatever their file says: read as a draft, its
+#: ``ModelConfig._config_draft_model`` renames the class to its MTP module and sets ``num_nextn_predict_layers
+#: = 1`` (configs/model_config.py 1072-1077 Glm5Next, 1094-1096 MiMo-V2, 1134-1136 Qwen3-Next, 1139-1148
+#: Qwen4-Exp, 1155-1157 Qwen3-MoE, 1159-1181 Qwen3.5 / InternS2, 1183-1188 EXAONE-MoE, 1190-1203 Nemotron-H,
+#: 1205-1211 HY-V3 / V4; DeepSeek-V4's, 1061, only for some algorithms, is left out).
+DRAFT_MTP_REWRITES = frozenset(
+    {
+        "Glm5NextForConditionalGeneration",
+        "MiMoV2ForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+        "Qwen3MoeForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5MoeForCausalLM",
+        "InternS2PreviewForConditionalGeneration",
+        "InternS2MobiusForConditionalGeneration",
+        "ExaoneMoEForCausalLM",
+        "ExaoneMoeForCausalLM",
+        "NemotronH_Omni_Reasoning_V3",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "HYV3ForCausalLM",
+        "HYV4ForCausalLM",
+    }
+)
 
 
 class ModelConfigError(ValueError):
@@ -381,8 +409,9 @@ def draft_from_config(path: str) -> DraftConfig:
     arch = data["architectures"][0]
     heads, hidden = r.int("num_attention_heads"), r.int("hidden_size")
     att = _attention(r, arch, hidden, heads)
-    nextn = r.get(NEXTN_KEY)
-    layers = r.int(NEXTN_KEY, low=0) if nextn is not None else r.int("num_hidden_layers")
+    rewritten = arch in DRAFT_MTP_REWRITES
+    nextn = 1 if rewritten else r.get(NEXTN_KEY)
+    layers = 1 if rewritten else r.int(NEXTN_KEY, low=0) if nextn is not None else r.int("num_hidden_layers")
     vocab, mlp = r.int("vocab_size"), _moe(r, hidden, layers)["layer_mlp"]
     if nextn:
         params = _mtp_params(layers, hidden, vocab, att["params"], mlp)
