@@ -258,3 +258,11 @@ def test_a_class_not_built_for_attention_dp_is_named():
         "builds its attention" in w for w in resolve(scenario("qwen3-8b", gpu="h200", tp=2, attn_dp=2)).warnings
     )
     assert not any("builds its attention" in w for w in resolve(scenario("llama-3.1-8b", gpu="h200", tp=2)).warnings)
+
+
+def test_attention_dp_under_pipeline_stages_says_it_steps_apart():
+    """The lockstep is modelled at pp 1 (sim/dp.py): a timed run at pp > 1 says its groups step on their own."""
+    timed = scenario("qwen3-8b", gpu="h200", tp=2, pp=2, attn_dp=2).model_copy(update={"mode": "timed"})
+    assert any("step on their own here" in w for w in resolve(timed).warnings)
+    flat = scenario("qwen3-8b", gpu="h200", tp=2, attn_dp=2).model_copy(update={"mode": "timed"})
+    assert not any("step on their own here" in w for w in resolve(flat).warnings)

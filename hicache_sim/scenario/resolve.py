@@ -430,6 +430,11 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
             f"whole tp group, not for attention DP (its layer boundary sums the attention over one group: "
             f"{split_of(model).source}); the run shows a class built for it, with this model's weights per GPU"
         )
+    if hw.attn_dp > 1 and hw.pp > 1 and sc.mode == "timed":
+        warnings.append(
+            f"hardware.attn_dp {hw.attn_dp} at pp {hw.pp}: the attention-DP groups step on their own here; SGLang "
+            "steps them together (sim/lockstep.py models that at pp 1 only), so TTFT is optimistic"
+        )
     chunk, graph_bs = chunked_prefill_size(sc, gpu), cuda_graph_max_bs(sc, gpu)
     memory = memory_plan(sc, model, gpu, chunk, graph_bs)
     chunk = attn_dp_chunk(chunk, hw.attn_dp)
