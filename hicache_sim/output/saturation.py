@@ -14,10 +14,17 @@ like it. Decode: each output token's share of a step of ``B`` requests like it, 
 the device pool holds (``min(max_running_requests, device tokens / mean prompt + output)``). Each step
 pays the scheduler's ``step_overhead_s`` once (per micro-batch in decode), as the engine charges it.
 ``capacity = requests / sum of their GPU seconds`` (times the data-parallel ranks, each serving its
-share on GPUs of its own); the same in prompt tokens per second. It is the
-throughput a run whose queue never empties reaches (within 2% in tests/test_saturation.py, 0.2% on the
-Mooncake conversation trace), counting each request's work once: a run whose decode batch overflows the
-pool retracts requests and prefills them again (``retractions`` in requests.parquet) and serves less.
+share on GPUs of its own); the same in prompt tokens per second. Attention-DP groups (``attn_dp`` > 1
+at pp 1) share every step's GPUs and step together (``sim/lockstep.py``): there the GPU seconds are the
+lockstep's over the whole window, each group working through the requests the router sent it (its
+prefill batches from its own chunk budget, then its decode at the batch its pool holds of them), step
+``k`` running every group's ``k``-th step, an idle batch where a group has run out, for as long as
+``lockstep_time`` of them says: with prompts of varied length the group of long prompts sets the pace.
+Capacity is the throughput a run whose queue never empties reaches (within 2% in
+tests/test_saturation.py, 0.2% on the Mooncake conversation trace; attention DP with prompts of 512 and
+16,384 tokens alternating: within 6%), counting each request's work once: a run whose decode batch
+overflows the pool retracts requests and prefills them again (``retractions`` in requests.parquet) and
+serves less.
 
 The rule (queueing theory, single server of work):
 - utilisation ``rho = offered requests/s x mean GPU seconds per request``. ``rho >= 1`` has no steady
@@ -48,7 +55,7 @@ requests at capacity (the server takes them together: no rate over it describes 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,6 +65,7 @@ from .columns import Columns
 
 if TYPE_CHECKING:
     from ..scenario import Resolved
+    from ..sim.compute import GroupWork
 
 #: rho at and above which no steady state exists.
 RHO_UNSTABLE = 1.0
@@ -124,13 +132,27 @@ class Demand:
     """GPU seconds per request at full batching, from a compute model (memoised by request shape).
 
     With ``groups`` attention-DP groups stepping in lockstep (``sim/lockstep.py``), a step is one
-    collective over the tp GPUs: every group's attention side by side, one MLP over all their rows. A
-    request's share of it is a balanced step of ``groups`` such batches divided by ``groups``: its MLP
-    work is not parallel across groups the way a replica's is, only its attention is."""
+    collective over the tp GPUs: every group's attention side by side, one MLP over all their rows, the
+    slowest group setting its length. A request's own figure (``__call__``) is then its share of a
+    balanced step of ``groups`` batches like its own, divided by ``groups``: right when every request is
+    alike. When they differ a step waits for its slowest group (the one attending the longest context,
+    or decoding the smaller batch its pool holds of long requests), so the window is costed as a whole:
+    :meth:`lockstep`."""
 
-    def __init__(self, compute, budget: int, decode_batch: int, groups: int = 1, attn_tp: int = 1) -> None:
+    def __init__(
+        self,
+        compute,
+        budget: int,
+        decode_batch: int,
+        groups: int = 1,
+        attn_tp: int = 1,
+        page: int = 1,
+        pool: tuple[int, float] | None = None,
+    ) -> None:
         self.compute = compute
+        self.pool = pool  # (max running requests, device tokens): the batch of another mean length
         self.budget = max(1, budget)
+        self.page = max(1, page)
         self.batch = max(1, decode_batch)
         self.overhead = compute.step_overhead_s
         self.groups = max(1, groups)
@@ -154,6 +176,86 @@ class Demand:
         if key not in self._memo:
             self._memo[key] = self._prefill(prompt, cached) + self._decode(prompt, output)
         return self._memo[key]
+
+    def lockstep(self, queues: Sequence[Sequence[tuple[int, int, int]]]) -> float:
+        """Seconds the lockstep takes to serve every group's queue of ``(prompt, cached, output)`` requests,
+        each group saturated (its queue never empty until it is done). A group's own steps: its prefill
+        batches (:meth:`_batches`), then its decode steps, each of its own full batch (the pool holds as
+        many of its requests as their mean length allows). Step ``k`` of the lockstep runs every group's
+        ``k``-th step together, an idle batch where a group has run out, and lasts ``lockstep_time`` of
+        them plus the scheduler's overhead once: a group of long prompts sets the pace of all."""
+        from ..sim.compute import IDLE
+
+        c = self.compute
+        lanes = [self._timeline(q) for q in queues]
+        at = [0] * len(lanes)  # each group's current segment
+        left = [lane[0][1] if lane else 0.0 for lane in lanes]
+        parts = []
+        while any(i < len(lane) for i, lane in zip(at, lanes, strict=True)):
+            span = min(x for i, x, lane in zip(at, left, lanes, strict=True) if i < len(lane))
+            work = [lane[i][0] if i < len(lane) else IDLE for i, lane in zip(at, lanes, strict=True)]
+            parts.append(span * (c.lockstep_time(work, self.attn_tp) + self.overhead))
+            for g, lane in enumerate(lanes):
+                if at[g] < len(lane):
+                    left[g] -= span
+                    if left[g] <= 0:
+                        at[g] += 1
+                        left[g] = lane[at[g]][1] if at[g] < len(lane) else 0.0
+        return math.fsum(parts)
+
+    def _timeline(self, queue: Sequence[tuple[int, int, int]]) -> list[tuple[GroupWork, float]]:
+        """A group's steps as ``(GroupWork, steps)`` segments: one per prefill batch, then its decode, the
+        output tokens after each first one at ``b`` a step (``b`` its own full batch) with the KV of ``b``
+        requests at their token-weighted mean context (a prompt and half its output, as :meth:`_decode`)."""
+        c = self.compute
+        out: list[tuple[GroupWork, float]] = [
+            (c.group_prefill(batch), 1.0) for batch in self._batches([(p, h) for p, h, _ in queue])
+        ]
+        tokens = sum(o - 1 for _, _, o in queue if o > 1)
+        if tokens:
+            ctx = math.fsum((o - 1) * (p + o // 2) for p, _, o in queue if o > 1) / tokens
+            b = self.batch_for(math.fsum(p + o for p, _, o in queue) / len(queue))
+            out.append((c.group_decode(b, round(b * ctx)), tokens / b))
+        return out
+
+    def batch_for(self, mean_tokens: float) -> int:
+        """The decode batch a pool holds of requests of ``mean_tokens`` (prompt + output) each."""
+        if self.pool is None:
+            return self.batch
+        running, tokens = self.pool
+        return decode_batch(running, tokens, mean_tokens)
+
+    def _batches(self, queue: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+        """A group's prefill batches as ``sim/admission.py``'s adder forms them from a long queue: the
+        chunked request first, then requests in order until the budget is spent; one that does not fit
+        whole is cut to the page-aligned rest of the budget and continues first in the next batch. Each
+        batch a list of ``(new_tokens, context_before)`` chunks."""
+        budget = self.budget
+        page = min(self.page, budget)  # a budget under a page still takes one piece a batch
+        out: list[list[tuple[int, int]]] = []
+        batch: list[tuple[int, int]] = []
+        left = budget
+        for prompt, cached in queue:
+            ctx = min(cached, prompt - 1)  # SGLang always computes the last token
+            new = prompt - ctx
+            while new:
+                if -(-new // page) * page <= left:
+                    batch.append((new, ctx))
+                    left -= new
+                    new = 0
+                else:
+                    cut = left // page * page
+                    if cut:
+                        batch.append((cut, ctx))
+                        ctx += cut
+                        new -= cut
+                    left = 0
+                if left <= 0:
+                    out.append(batch)
+                    batch, left = [], budget
+        if batch:
+            out.append(batch)
+        return out
 
     def _prefill(self, prompt: int, cached: int) -> float:
         c = min(cached, prompt - 1)  # SGLang always computes the last token
@@ -181,10 +283,38 @@ def demand_model(r: Resolved, mean_tokens: float) -> Demand:
     requests hold ``mean_tokens`` (prompt + output) each on average."""
     from ..sim.compute import ComputeModel
 
-    batch = min(r.max_running_requests, max(1, int(r.device_tokens // max(1.0, mean_tokens))))
+    pool = (r.max_running_requests, r.device_tokens)
+    batch = decode_batch(*pool, mean_tokens)
     hw = r.scenario.hardware
     groups = hw.attn_dp if hw.pp == 1 else 1  # as sim/dp.py: pipeline stages do not step together
-    return Demand(ComputeModel.from_resolved(r), _budget(r), batch, groups, hw.tp // hw.attn_dp)
+    page = r.scenario.cache.page_size
+    return Demand(ComputeModel.from_resolved(r), _budget(r), batch, groups, hw.tp // hw.attn_dp, page, pool)
+
+
+def decode_batch(max_running: int, device_tokens: float, mean_tokens: float) -> int:
+    """Requests a device pool of ``device_tokens`` decodes together when each holds ``mean_tokens``
+    (prompt + output), at most ``max_running``."""
+    return min(max_running, max(1, int(device_tokens // max(1.0, mean_tokens))))
+
+
+def window_seconds(dm: Demand, finished: Columns) -> float:
+    """GPU seconds the window's finished requests take at full batching. One group: the sum of each
+    request's own (:class:`Demand`). Attention-DP groups: the lockstep over every group's requests
+    (:meth:`Demand.lockstep`), spread over the groups as the run's router sent them (``dp_rank``, whatever
+    the method; in a table without it, round robin over its rows: row ``i`` to group ``i mod G``), each
+    group's in arrival order (first come, first served)."""
+    p = np.asarray(finished["prompt_tokens"], dtype=np.int64)
+    o = np.asarray(finished["output_tokens"], dtype=np.int64)
+    hit = sum(np.asarray(finished[f"{t}_hit_tokens"], dtype=np.int64) for t in ("device", "host", "storage"))
+    if dm.groups == 1:
+        return math.fsum(dm(int(a), int(b), int(c)) for a, b, c in zip(p, hit, o, strict=True))
+    n = len(p)
+    rank = np.asarray(finished["dp_rank"], dtype=np.int64) if "dp_rank" in finished else np.arange(n) % dm.groups
+    order = np.argsort(np.asarray(finished["arrival_s"], dtype=float), kind="stable")
+    queues: list[list[tuple[int, int, int]]] = [[] for _ in range(dm.groups)]
+    for i in order:
+        queues[int(rank[i]) % dm.groups].append((int(p[i]), int(hit[i]), int(o[i])))
+    return dm.lockstep(queues)
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float | None:
@@ -223,9 +353,8 @@ def saturation_block(
     if len(finished):
         p = np.asarray(finished["prompt_tokens"], dtype=np.int64)
         o = np.asarray(finished["output_tokens"], dtype=np.int64)
-        hit = sum(np.asarray(finished[f"{t}_hit_tokens"], dtype=np.int64) for t in ("device", "host", "storage"))
         dm = demand_model(r, float((p + o).mean()))
-        work = math.fsum(dm(int(a), int(b), int(c)) for a, b, c in zip(p, hit, o, strict=True))
+        work = window_seconds(dm, finished)
         # Each replica (--dp-size) serves its share on GPUs of its own; attention-DP groups share each step's
         # GPUs, which the demand model already divides among them.
         lanes = r.dp_ranks // dm.groups
