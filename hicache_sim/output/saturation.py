@@ -16,13 +16,14 @@ pays the scheduler's ``step_overhead_s`` once (per micro-batch in decode), as th
 ``capacity = requests / sum of their GPU seconds`` (times the data-parallel ranks, each serving its
 share on GPUs of its own); the same in prompt tokens per second. Attention-DP groups (``attn_dp`` > 1
 at pp 1) share every step's GPUs and step together (``sim/lockstep.py``): there the GPU seconds are the
-lockstep's over the whole window, each group working through the requests the router sent it (its
-prefill batches from its own chunk budget, then its decode at the batch its pool holds of them), step
-``k`` running every group's ``k``-th step, an idle batch where a group has run out, for as long as
-``lockstep_time`` of them says: with prompts of varied length the group of long prompts sets the pace.
+lockstep's over the whole window, each group working through the requests the router sent it as its
+scheduler would with a queue that never empties (prefill batches from its own chunk budget whenever
+its pool admits the next request, decode steps of its running requests otherwise), step ``k`` running
+every group's ``k``-th batch, an idle batch where a group has run out, for as long as ``lockstep_time``
+of them says: with prompts of varied length the group of long prompts sets the pace.
 Capacity is the throughput a run whose queue never empties reaches (within 2% in
 tests/test_saturation.py, 0.2% on the Mooncake conversation trace; attention DP with prompts of 512 and
-16,384 tokens alternating: within 6%), counting each request's work once: a run whose decode batch
+16,384 tokens alternating: within 5%), counting each request's work once: a run whose decode batch
 overflows the pool retracts requests and prefills them again (``retractions`` in requests.parquet) and
 serves less.
 
@@ -136,8 +137,7 @@ class Demand:
     slowest group setting its length. A request's own figure (``__call__``) is then its share of a
     balanced step of ``groups`` batches like its own, divided by ``groups``: right when every request is
     alike. When they differ a step waits for its slowest group (the one attending the longest context,
-    or decoding the smaller batch its pool holds of long requests), so the window is costed as a whole:
-    :meth:`lockstep`."""
+    or prefilling while the others decode), so the window is costed as a whole: :meth:`lockstep`."""
 
     def __init__(
         self,
@@ -150,7 +150,7 @@ class Demand:
         pool: tuple[int, float] | None = None,
     ) -> None:
         self.compute = compute
-        self.pool = pool  # (max running requests, device tokens): the batch of another mean length
+        self.pool = pool  # (max running requests, device tokens) of a group: its own batches
         self.budget = max(1, budget)
         self.page = max(1, page)
         self.batch = max(1, decode_batch)
@@ -179,11 +179,11 @@ class Demand:
 
     def lockstep(self, queues: Sequence[Sequence[tuple[int, int, int]]]) -> float:
         """Seconds the lockstep takes to serve every group's queue of ``(prompt, cached, output)`` requests,
-        each group saturated (its queue never empty until it is done). A group's own steps: its prefill
-        batches (:meth:`_batches`), then its decode steps, each of its own full batch (the pool holds as
-        many of its requests as their mean length allows). Step ``k`` of the lockstep runs every group's
-        ``k``-th step together, an idle batch where a group has run out, and lasts ``lockstep_time`` of
-        them plus the scheduler's overhead once: a group of long prompts sets the pace of all."""
+        each group saturated (its queue never empty until it is done). A group forms its batches from its
+        own queue and pool alone (:meth:`_timeline`), one a step whatever the others do, so step ``k`` of
+        the lockstep runs every group's ``k``-th batch together, an idle batch where a group has run out,
+        and lasts ``lockstep_time`` of them plus the scheduler's overhead once: a group of long prompts
+        sets the pace of all, and one group's decode steps stretch the others' prefill."""
         from ..sim.compute import IDLE
 
         c = self.compute
@@ -204,57 +204,77 @@ class Demand:
         return math.fsum(parts)
 
     def _timeline(self, queue: Sequence[tuple[int, int, int]]) -> list[tuple[GroupWork, float]]:
-        """A group's steps as ``(GroupWork, steps)`` segments: one per prefill batch, then its decode, the
-        output tokens after each first one at ``b`` a step (``b`` its own full batch) with the KV of ``b``
-        requests at their token-weighted mean context (a prompt and half its output, as :meth:`_decode`)."""
+        """A group's own steps over its queue of ``(prompt, cached, output)`` requests, never short of
+        waiting work, as ``(GroupWork, steps)`` segments. As ``sim/admission.py`` and the engine's loop
+        form them: a prefill batch whenever one can be formed (the chunked request first, then requests in
+        order until the budget is spent, one that does not fit whole cut to the page-aligned rest and
+        continued first in the next batch), while the running requests wait; a request is admitted while
+        fewer than the pool's ``max_running_requests`` run and the pool holds its prompt and whole output
+        beside those of the admitted ones (the decode batch :func:`decode_batch` counts). Else one decode
+        step of every running request, repeated until the first of them finishes (its first token came
+        with its prefill), its KV at the segment's mean."""
         c = self.compute
-        out: list[tuple[GroupWork, float]] = [
-            (c.group_prefill(batch), 1.0) for batch in self._batches([(p, h) for p, h, _ in queue])
-        ]
-        tokens = sum(o - 1 for _, _, o in queue if o > 1)
-        if tokens:
-            ctx = math.fsum((o - 1) * (p + o // 2) for p, _, o in queue if o > 1) / tokens
-            b = self.batch_for(math.fsum(p + o for p, _, o in queue) / len(queue))
-            out.append((c.group_decode(b, round(b * ctx)), tokens / b))
-        return out
-
-    def batch_for(self, mean_tokens: float) -> int:
-        """The decode batch a pool holds of requests of ``mean_tokens`` (prompt + output) each."""
-        if self.pool is None:
-            return self.batch
-        running, tokens = self.pool
-        return decode_batch(running, tokens, mean_tokens)
-
-    def _batches(self, queue: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-        """A group's prefill batches as ``sim/admission.py``'s adder forms them from a long queue: the
-        chunked request first, then requests in order until the budget is spent; one that does not fit
-        whole is cut to the page-aligned rest of the budget and continues first in the next batch. Each
-        batch a list of ``(new_tokens, context_before)`` chunks."""
+        running_cap, device = self.pool if self.pool is not None else (self.batch, math.inf)
         budget = self.budget
-        page = min(self.page, budget)  # a budget under a page still takes one piece a batch
-        out: list[list[tuple[int, int]]] = []
-        batch: list[tuple[int, int]] = []
-        left = budget
-        for prompt, cached in queue:
-            ctx = min(cached, prompt - 1)  # SGLang always computes the last token
-            new = prompt - ctx
-            while new:
+        page = min(self.page, budget)
+        out: list[tuple[GroupWork, float]] = []
+        nxt = 0
+        chunk: list | None = None  # [new_left, ctx, prompt, output]
+        running: list[list[int]] = []  # [remaining_out, length, held]
+        held = 0
+        while nxt < len(queue) or chunk is not None or running:
+            batch: list[tuple[int, int]] = []
+            left = budget
+            done: list[list] = []
+            while True:
+                if chunk is None:
+                    if nxt >= len(queue) or left <= 0:
+                        break
+                    p, h, o = queue[nxt]
+                    need = p + o
+                    busy = running or done
+                    if busy and (len(running) + len(done) + 1 > running_cap or held + need > device):
+                        break
+                    ctx = min(h, p - 1)
+                    chunk = [p - ctx, ctx, p, o]
+                    held += need
+                    nxt += 1
+                new, ctx = chunk[0], chunk[1]
                 if -(-new // page) * page <= left:
                     batch.append((new, ctx))
                     left -= new
-                    new = 0
+                    done.append(chunk)
+                    chunk = None
                 else:
                     cut = left // page * page
                     if cut:
                         batch.append((cut, ctx))
-                        ctx += cut
-                        new -= cut
-                    left = 0
-                if left <= 0:
-                    out.append(batch)
-                    batch, left = [], budget
-        if batch:
-            out.append(batch)
+                        chunk[0] -= cut
+                        chunk[1] += cut
+                    break
+            if batch:
+                out.append((c.group_prefill(batch), 1.0))
+                for _, _, p, o in done:
+                    if o > 1:
+                        running.append([o - 1, p + 1, p + o])
+                    else:
+                        held -= p + o
+                continue
+            if not running:
+                break
+            k = min(r[0] for r in running)
+            n = len(running)
+            kv = sum(r[1] for r in running)
+            out.append((c.group_decode(n, round(kv + (k - 1) * n / 2)), float(k)))
+            keep = []
+            for r in running:
+                r[0] -= k
+                r[1] += k
+                if r[0] > 0:
+                    keep.append(r)
+                else:
+                    held -= r[2]
+            running = keep
         return out
 
     def _prefill(self, prompt: int, cached: int) -> float:
