@@ -301,3 +301,29 @@ def test_an_eagle3_draft_under_attention_dp_is_split_over_its_attention_group(tm
         weights[attn_dp] = resolve(load_scenario(path)).draft.weight_bytes
     assert weights[1] == pytest.approx(EAGLE3_PARAMS * 2 / 4, rel=1e-12)
     assert weights[2] == pytest.approx(EAGLE3_PARAMS * 2 / 2, rel=1e-12)
+
+
+def test_glm_45_runs_its_mtp_layer_as_the_nextn_draft():
+    """SGLang serves GLM-4.5 with --speculative-algorithm EAGLE and no draft path (the draft is the target's
+    own MTP layer, speculative_hook.py 1120-1150): the preset carries the one layer, its NextN module
+    counted as a config.json's would be (the MoE layer, attention with biases, eh_proj, norms, embedding
+    and head: 5.54 B)."""
+    from hicache_sim.hardware.hfconfig import _mtp_params
+    from hicache_sim.hardware.params import attention_params
+
+    m = MODELS.get("glm-4.5")
+    attention = attention_params(m) // m.num_layers
+    moe = 160 * 3 * 5120 * 1536 + 5120 * 160 + 3 * 5120 * 1536  # experts, router, shared expert
+    assert round(_mtp_params(1, 5120, 151552, attention, moe) / 1e9, 2) == m.nextn_params_b
+    sc = build_scenario(
+        {
+            "name": "g",
+            "model": {"preset": "glm-4.5", "speculative": {"algorithm": "eagle"}},
+            "hardware": {"gpu": "h200", "tp": 8},
+        },
+        "test",
+        [],
+    )
+    draft = resolve(sc).draft
+    assert draft.layers == 1 and draft.packed
+    assert draft.weight_bytes == pytest.approx(5.54e9 * 2 / 8)  # bf16 over tp 8

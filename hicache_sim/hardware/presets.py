@@ -190,6 +190,11 @@ for _m in (
         architecture="Glm4MoeForCausalLM",
         vocab_size=151552,
         attention_bias=True,
+        # One MTP layer (num_nextn_predict_layers 1; Megatron-Bridge's GLM 4.5 page: "MTP with 1 layer"),
+        # counted as hfconfig counts a NextN module: one MoE layer (160 experts and the shared one of 1536,
+        # the router), its attention with q/k/v biases, eh_proj, norms, its own embedding and head.
+        nextn_layers=1,
+        nextn_params_b=5.54,
     ),
     _DEEPSEEK_V3,
     # DeepSeek-R1 is the V3 architecture and quantisation.
