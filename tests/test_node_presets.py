@@ -115,6 +115,8 @@ def test_from_sglang_runs_on_the_node_presets_gpu_unless_told(tmp_path):
     assert r.exit_code == 0, r.output
     assert yaml.safe_load(out.read_text())["hardware"]["gpu"] == "a100"
     assert "has a100 GPUs" not in r.output and "set hardware.host_memory_gib" not in r.output
+    # a node that holds the pools is a fact, not a warning
+    assert "note: host memory: 8 rank(s) on the node" in r.output and "warning: host memory" not in r.output
     told = invoke(
         "from-sglang", "--out", tmp_path / "t.yaml", "--gpu", "h100", "--node-memory", "p4de.24xlarge", "--", *line
     )

@@ -93,6 +93,8 @@ def from_sglang(
     mismatches = [] if given is None else given.mismatches(hw.gpu, sglang_ranks_per_host(hw) * hw.dp)
     if given is not None and given.source:
         typer.echo(f"note: node memory {given.source}", err=True)
+    for fact in conv.facts:
+        typer.echo(f"note: {fact}", err=True)
     for note in [*conv.notes, *mismatches]:
         typer.echo(f"warning: {note}", err=True)
     if conv.env:

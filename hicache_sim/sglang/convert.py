@@ -47,6 +47,7 @@ class Conversion:
     notes: list[str] = field(default_factory=list)
     unmodelled: list[str] = field(default_factory=list)
     env: list[str] = field(default_factory=list)
+    facts: list[str] = field(default_factory=list)  # what was checked and holds (the node's verdict when it fits)
 
 
 def _set(data: dict, dotted: str, value: Any) -> None:
@@ -96,7 +97,10 @@ def from_command(
     sc = build_scenario(data, "from-sglang")
     r = resolve(sc)
     node = node_check(r)  # the node's host memory: its verdict when the node's memory is given
-    ctx.notes += [*r.warnings, *(node.lines() if node.node_bytes is not None else []), *node.warnings()]
+    verdict = node.lines() if node.node_bytes is not None else []
+    fits = not node.overcommits and node.guard() != "refused"
+    facts = verdict if fits else []
+    ctx.notes += [*r.warnings, *([] if fits else verdict), *node.warnings()]
     if r.cache.storage and r.cache.timeout_max_s is not None:
         ctx.notes.append(
             f"SGLang {SGLANG_VERSION} caps no storage prefetch timeout; the scenario keeps cache.semantics "
@@ -111,7 +115,7 @@ def from_command(
         if getattr(sc.scheduler, name) == AUTO:
             ctx.notes.append(f"{flag} unset: SGLang runs {getattr(r, name)} here (scheduler.{name}: auto)")
     unmodelled = [f for f in parsed.args if f not in claimed]
-    return Conversion(data, sc, ctx.notes, unmodelled, parsed.env)
+    return Conversion(data, sc, ctx.notes, unmodelled, parsed.env, facts)
 
 
 def to_command(sc: Scenario) -> tuple[list[str], list[str]]:
