@@ -327,3 +327,22 @@ def test_glm_45_runs_its_mtp_layer_as_the_nextn_draft():
     draft = resolve(sc).draft
     assert draft.layers == 1 and draft.packed
     assert draft.weight_bytes == pytest.approx(5.54e9 * 2 / 8)  # bf16 over tp 8
+
+
+def test_the_no_pool_remedy_counts_the_drafts_weights_at_both_sizes():
+    """DeepSeek-V3 NEXTN with attention DP 8 leaves no pool on an H100: the --tp-size remedy states the
+    weights per rank, the draft's included, as the no-pool line does, now and at the proposed size."""
+    sc = build_scenario(
+        {
+            "name": "d",
+            "model": {"preset": "deepseek-v3", "speculative": {"algorithm": "nextn"}},
+            "hardware": {"gpu": "h100", "tp": 8, "attn_dp": 8},
+        },
+        "test",
+        [],
+    )
+    with pytest.raises(ConfigError) as e:
+        resolve(sc)
+    message = str(e.value)
+    total = message.split(" GiB of fp8 weights per rank")[0].rsplit(" ", 1)[1]
+    assert f"weights per rank {total} -> " in message

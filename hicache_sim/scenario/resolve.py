@@ -542,7 +542,7 @@ def _more_tp(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
     hw = sc.hardware
     for tp in range(hw.tp + 1, MAX_RANKS // hw.pp + 1):
         if _holds(sc, model, gpu, tp=tp):
-            return f"--tp-size {tp} (hardware.tp; {_weights_move(model, hw, tp=tp)})"
+            return f"--tp-size {tp} (hardware.tp; {_weights_move(sc, model, tp=tp)})"
     return None
 
 
@@ -550,14 +550,24 @@ def _more_pp(sc: Scenario, model: ModelPreset, gpu: GPUPreset) -> str | None:
     hw = sc.hardware
     for pp in range(hw.pp + 1, MAX_RANKS // hw.tp + 1):
         if _holds(sc, model, gpu, pp=pp):
-            return f"--pp-size {pp} (hardware.pp; {_weights_move(model, hw, pp=pp)})"
+            return f"--pp-size {pp} (hardware.pp; {_weights_move(sc, model, pp=pp)})"
     return None
 
 
-def _weights_move(model: ModelPreset, hw: HardwareSpec, *, tp: int | None = None, pp: int | None = None) -> str:
-    """Weights per rank now and with ``tp`` / ``pp`` ranks (what every rank holds whole does not shrink)."""
-    now = weight_bytes_per_gpu(model, hw.tp, hw.pp, hw.attn_dp)
-    then = weight_bytes_per_gpu(model, tp or hw.tp, pp or hw.pp, hw.attn_dp)
+def _weights_move(sc: Scenario, model: ModelPreset, *, tp: int | None = None, pp: int | None = None) -> str:
+    """Weights per rank (a speculative draft's included) now and with ``tp`` / ``pp`` ranks: what every
+    rank holds whole does not shrink."""
+    hw = sc.hardware
+
+    def per_rank(trial_tp: int, trial_pp: int) -> float:
+        trial = sc.model_copy(update={"hardware": hw.model_copy(update={"tp": trial_tp, "pp": trial_pp})})
+        try:
+            draft = speculative_draft(trial, model).weight_bytes
+        except ConfigError:
+            draft = 0.0
+        return weight_bytes_per_gpu(model, trial_tp, trial_pp, hw.attn_dp) + draft
+
+    now, then = per_rank(hw.tp, hw.pp), per_rank(tp or hw.tp, pp or hw.pp)
     return f"weights per rank {now / GIB:.2f} -> {then / GIB:.2f} GiB"
 
 
