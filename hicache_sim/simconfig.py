@@ -31,6 +31,20 @@ class HasSimConfig(Protocol):
 
 
 @dataclass(frozen=True)
+class SpecRound:
+    """Speculative decoding's round, timed (``sim/compute.py`` ``ComputeModel.spec_round_time``):
+    ``num_steps``, ``topk`` and ``num_draft_tokens`` as SGLang resolves them, ``accept_len`` the mean tokens a request
+    gets per round, and ``draft`` the :class:`ComputeParams` fields that make the target's roofline the
+    draft model's (``hardware/speculative.py`` ``draft_compute_fields``; empty: no draft forward, NGRAM)."""
+
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    accept_len: float
+    draft: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class ComputeParams:
     """Roofline inputs, per GPU rank. Units: FLOP/s, bytes/s, bytes, seconds."""
 
@@ -79,6 +93,8 @@ class ComputeParams:
     attn_heads: int = 0
     attn_kv_bytes: float = 0.0
     attn_index_bytes: float = 0.0
+    # Speculative decoding's round (None: a decode step emits one token per request).
+    spec: SpecRound | None = None
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "linear_mfu", "attention_mfu", "hbm_Bps", "hbm_efficiency", "num_layers"):

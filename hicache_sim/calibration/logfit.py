@@ -75,6 +75,8 @@ def step_seconds(model: ComputeModel, iv: Interval) -> float:
     """What the timed world charges for one step of the interval's shape (as ``sim/engine.py``)."""
     if iv.kind == "decode":
         b, kv = iv.shape
+        if iv.accept_len is not None:  # speculative: a round over the tokens it gave each request
+            return model.spec_step_s(int(b), round(kv), iv.accept_len)
         return model.decode_step_s(int(b), round(kv))
     n, new, cached = iv.shape
     n = max(1, int(n))

@@ -9,8 +9,11 @@ the previous prefill line. So an interval is kept only when what ran inside it i
 - decode: two consecutive scheduler lines of the log are both decode lines (no prefill ran between)
   with the same ``#running-req`` ``B`` (the batch only shrinks without a prefill, so it stayed ``B``),
   a ``#token`` that did not fall (the same requests only grow their KV: a fall means lines were left
-  out between the two, as in a log pasted in pieces) and no speculative ``accept len``; every step
-  then took ``B / gen_throughput`` seconds, with the KV tokens between the two lines' ``#token`` figures;
+  out between the two, as in a log pasted in pieces); every step then took ``B / gen_throughput``
+  seconds, with the KV tokens between the two lines' ``#token`` figures. Under speculative decoding
+  (the later line prints ``accept len``) that is a round's time over its mean accepted tokens, the
+  rate the timed world charges per simulated step (``sim/compute.py`` ``spec_round_time``): the
+  interval keeps the line's ``accept_len`` and is timed with it (``ParsedLog.accept_len``: their median);
 - prefill: two consecutive prefill lines with the same shape (``#new-seq``, ``#new-token``,
   ``#cached-token``), no running decode batch at either (``#running-req`` 0) and requests still
   queued after the first (``#queue-req`` > 0: no idle wait): the gap timed one batch of that shape,
@@ -104,6 +107,7 @@ class Interval:
     shape: tuple[float, ...]
     seconds: float
     lineno: int
+    accept_len: float | None = None  # speculative decoding: the mean tokens a request got per round
 
 
 @dataclass
@@ -114,6 +118,15 @@ class ParsedLog:
     lines: list[LogLine]
     intervals: list[Interval]
     skipped: dict[str, int]
+
+    @property
+    def accept_len(self) -> float | None:
+        """Median ``accept len`` over the speculative decode intervals (None: the log has none)."""
+        values = sorted(iv.accept_len for iv in self.intervals if iv.accept_len is not None)
+        if not values:
+            return None
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
 
 
 def read_text_lines(path: Path) -> list[str]:
@@ -180,8 +193,9 @@ def rank_of(prefix: str) -> str:
 def decode_interval(prev: LogLine, line: LogLine, chunk: int | None = None) -> Interval | str:
     """The decode step time two consecutive decode lines pin, or why they pin none."""
     f, g = prev.figures, line.figures
-    if "accept_len" in g:
-        return "speculative decoding (tokens per step unknown)"
+    accept = g.get("accept_len")
+    if accept is not None and accept < 1.0:
+        return "accept len below 1 (no round ran)"
     b = g["running"]
     if b <= 0 or f["running"] != b:
         return "batch size changed between the lines"
@@ -192,7 +206,7 @@ def decode_interval(prev: LogLine, line: LogLine, chunk: int | None = None) -> I
     if g["gen_tps"] <= 0:
         return "zero throughput"
     kv = (f["kv_tokens"] + g["kv_tokens"]) / 2.0
-    return Interval("decode", (b, kv), b / g["gen_tps"], line.lineno)
+    return Interval("decode", (b, kv), b / g["gen_tps"], line.lineno, accept)
 
 
 def prefill_interval(prev: LogLine, line: LogLine, chunk: int | None = None) -> Interval | str:

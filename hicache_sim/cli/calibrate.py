@@ -186,6 +186,11 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
         if not parsed.intervals:
             why = "; ".join(f"{n} x {k}" for k, n in sorted(parsed.skipped.items())) or "one scheduler line"
             raise UserError(f"{log}: no interval of one kind of work to fit ({why})")
+    accept_len = parsed.accept_len
+    if accept_len is not None:
+        with user_errors(scenario):
+            r = _with_accept_len(r, scenario, str(log), accept_len)
+    with user_errors(str(log)):
         fit = fit_log(r, parsed.intervals, holdout=holdout, seed=seed)
     counts = {k: sum(iv.kind == k for iv in parsed.intervals) for k in ("decode", "prefill")}
     held = ", ".join(f"{k} median {m:.1f} % p90 {p:.1f} %" for k, (m, p) in fit.holdout_ape.items())
@@ -208,8 +213,33 @@ def calibrate_from_log(log: Path, scenario: str | None, out: Path, holdout: floa
         typer.echo(f"not pinned: {k}: {why}")
     for why, n in sorted(parsed.skipped.items()):
         typer.echo(f"unused line pairs: {n} x {why}")
+    if accept_len is not None:
+        n = sum(iv.accept_len is not None for iv in parsed.intervals)
+        typer.echo(
+            f"speculative decoding: accept len median {accept_len:.4g} over {n} decode intervals (each timed with its "
+            f"own); set model.speculative.accept_len: {accept_len:.4g} in the scenario (the model, draft and "
+            "workload's, not the hardware's: the calibration file does not carry it)"
+        )
     _warn_overridden(r, scenario, fit.knobs)
     typer.echo(f"wrote {out}")
+
+
+def _with_accept_len(r, scenario: str, log: str, accept_len: float):
+    """``r`` able to time speculative rounds: the scenario's own ``model.speculative.accept_len``, else
+    the log's median (the round's shape, draft and memory stay the scenario's)."""
+    from ..scenario import resolve
+
+    spec = r.scenario.model.speculative
+    if spec is None:
+        raise UserError(
+            f"{log}: its decode lines print 'accept len' (speculative decoding), but {scenario} has no "
+            "model.speculative; give the server's --speculative-algorithm (and draft) in the scenario"
+        )
+    if spec.accept_len is not None:
+        return r
+    sc = r.scenario
+    model = sc.model.model_copy(update={"speculative": spec.model_copy(update={"accept_len": accept_len})})
+    return resolve(sc.model_copy(update={"model": model}))
 
 
 def _not_a_folder(out: Path) -> None:

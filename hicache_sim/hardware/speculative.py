@@ -1,10 +1,13 @@
-"""Speculative decoding's draft model in memory, as SGLang 0.5.23 sizes it: its weights and KV on the
-device, its KV on the host.
+"""Speculative decoding's draft model as SGLang 0.5.23 sizes and runs it: its weights and KV on the
+device, its KV on the host, and the shape of a round.
 
-Only memory is modelled: the draft's weights and KV make the target's device pool hold fewer tokens and
-HiCache mirror more bytes per host token, which every transfer of a page and every stored page carry
-(``scenario/resolve.py`` ``side_copies``). What speculative decoding does to time (draft steps, verify
-batches, accept length) is not: a simulated decode step still emits one token per request.
+Memory: the draft's weights and KV make the target's device pool hold fewer tokens and HiCache mirror
+more bytes per host token, which every transfer of a page and every stored page carry
+(``scenario/resolve.py`` ``side_copies``). Time, only with ``model.speculative.accept_len`` (the mean
+tokens a request gets per round, which the simulator cannot derive): a round's draft steps, verify and
+draft extend (``round_steps``, ``draft_compute_fields``; ``sim/compute.py``
+``ComputeModel.spec_round_time``) charged as round time / accept_len per simulated decode step.
+Without it a decode step emits one token per request at the plain decode's time.
 
 Per algorithm (``SPEC_ALGORITHMS``; sources in docs/reference/sglang-speculative.md):
 
@@ -57,6 +60,8 @@ class SpecAlgorithm:
     packs_mtp: bool
     running_default: int | None = 48
     single_group: bool = False
+    fixed_steps: tuple[int, int, int] | None = None  # (steps, topk, draft tokens) SGLang sets when unset
+    draft_forward: bool = True  # a draft model runs forwards each round (NGRAM drafts on the CPU)
 
 
 #: Algorithms the simulator sizes (scenario ``model.speculative.algorithm``).
@@ -64,8 +69,24 @@ SPEC_ALGORITHMS: Registry[SpecAlgorithm] = Registry("speculative algorithm", "mo
 SPEC_ALGORITHMS.add("eagle", SpecAlgorithm("eagle", "EAGLE", True, "optional", True))
 SPEC_ALGORITHMS.add("nextn", SpecAlgorithm("nextn", "NEXTN", True, "optional", True))
 SPEC_ALGORITHMS.add("eagle3", SpecAlgorithm("eagle3", "EAGLE3", True, "required", False, single_group=True))
-SPEC_ALGORITHMS.add("standalone", SpecAlgorithm("standalone", "STANDALONE", True, "required", False))
-SPEC_ALGORITHMS.add("ngram", SpecAlgorithm("ngram", "NGRAM", False, "none", False))
+# STANDALONE: (3, 1, 4) whatever the model (speculative_hook.py ``_auto_choose_speculative_params``);
+# NGRAM: top-k = --speculative-ngram-max-bfs-breadth (10), 12 draft tokens, steps 12 // 10 (``_handle_ngram``).
+SPEC_ALGORITHMS.add(
+    "standalone", SpecAlgorithm("standalone", "STANDALONE", True, "required", False, fixed_steps=(3, 1, 4))
+)
+SPEC_ALGORITHMS.add(
+    "ngram", SpecAlgorithm("ngram", "NGRAM", False, "none", False, fixed_steps=(1, 10, 12), draft_forward=False)
+)
+
+#: ``(--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)`` SGLang 0.5.23
+#: picks for the EAGLE family when all three are unset, by the target's ``architectures[0]``
+#: (``arg_groups/speculative_hook.py`` ``_auto_choose_speculative_params``); any other: ``AUTO_STEPS_DEFAULT``.
+AUTO_STEPS: dict[str, tuple[int, int, int]] = {
+    "LlamaForCausalLM": (5, 4, 8),
+    "Grok1ForCausalLM": (5, 4, 8),
+    "Grok1VForCausalLM": (5, 4, 8),
+}
+AUTO_STEPS_DEFAULT = (3, 1, 4)
 
 #: Every ``--speculative-algorithm`` SGLang 0.5.23 accepts (``speculative/spec_info.py``
 #: ``SpeculativeAlgorithm`` members and the NEXTN alias; case-insensitive), and why those the simulator
@@ -96,7 +117,9 @@ class DraftKV:
     ``host_bpt`` mirrored per host token, ``packed`` into the target's host KV pool (else a host pool
     of its own), and ``weight_bytes`` of its weights resident when SGLang profiles the memory.
     ``kv_tensors`` and ``kv_heads``: one host row's KV tensors per layer (K and V, or MLA's latent) and
-    KV heads on the rank, what a copy of the draft's pages moves apart (``resolve.side_copies``)."""
+    KV heads on the rank, what a copy of the draft's pages moves apart (``resolve.side_copies``).
+    ``params``: its parameters on the rank (what its forwards compute over); ``target_layers``: the draft
+    is the target's own MTP layers (of the target's kind: a MoE target's MTP layer routes experts)."""
 
     algorithm: str
     layers: int
@@ -106,6 +129,8 @@ class DraftKV:
     weight_bytes: float = 0.0
     kv_tensors: int = 1
     kv_heads: int = 1
+    params: float = 0.0
+    target_layers: bool = False
 
     @property
     def packed_bpt(self) -> int:
@@ -153,6 +178,7 @@ def draft_kv(
         )
     if target.index_head_dim:
         raise ConfigError(field, "a draft beside a DSA indexer pool is not modelled")
+    own = draft is None
     if draft is None:
         if algo.draft == "required" or not target.nextn_layers:
             raise ConfigError(
@@ -175,15 +201,17 @@ def draft_kv(
         )
     # A single-group draft under attention DP is split over its attention group (tp / attn_dp ranks) only.
     split = attn_tp if algo.single_group and attn_dp > 1 else ranks
-    weights = draft.params_b * 1e9 * WEIGHT_BYTES[draft.weights_dtype] / split
+    params = draft.params_b * 1e9 / split
+    weights = params * WEIGHT_BYTES[draft.weights_dtype]
     if draft.layers == 0:  # SGLang charges no KV for a draft of 0 KV layers
-        return DraftKV(algo.name, 0, 0, 0, False, weights)
+        return DraftKV(algo.name, 0, 0, 0, False, weights, params=params, target_layers=own)
     target_bpt = kv_bytes_per_token(_dims(target.attention, target, dtype, stage_layers), attn_tp)
     device = int(target_bpt * draft.layers / stage_layers) if algo.draft_kv else 0
     host = kv_bytes_per_token(_dims(draft.attention, draft, dtype, draft.layers), attn_tp)
     mla = draft.attention == "mla"
     tensors, heads = (1, 1) if mla else (2, max(1, draft.num_kv_heads // attn_tp))
-    return DraftKV(algo.name, draft.layers, device, host, algo.packs_mtp and draft.mtp, weights, tensors, heads)
+    packed = algo.packs_mtp and draft.mtp
+    return DraftKV(algo.name, draft.layers, device, host, packed, weights, tensors, heads, params, own)
 
 
 def _dims(attention: str, shape: ModelPreset | DraftConfig, dtype: str, layers: int) -> ModelDims:
@@ -201,3 +229,77 @@ def _dims(attention: str, shape: ModelPreset | DraftConfig, dtype: str, layers: 
 def running_default(algorithm: str | None) -> int | None:
     """``--max-running-requests`` SGLang sets for ``algorithm`` when the flag is unset (None: its own rule)."""
     return None if algorithm is None else SPEC_ALGORITHMS.get(algorithm).running_default
+
+
+@dataclass(frozen=True)
+class RoundSteps:
+    """One speculative round's shape as SGLang 0.5.23 resolves the flags: ``num_steps`` draft steps
+    (``num_steps - 1`` draft forwards, the first token comes from the previous draft extend), ``topk``
+    branches per step, ``num_draft_tokens`` rows per request in verify and draft extend."""
+
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+
+
+def round_steps(
+    algorithm: str,
+    architecture: str,
+    num_steps: int | None,
+    topk: int | None,
+    num_draft_tokens: int | None,
+) -> RoundSteps:
+    """The round SGLang runs for these flags (None: unset): its auto-choice when all three are unset
+    (``_auto_choose_speculative_params``; NGRAM's and STANDALONE's fixed values), then
+    ``num_draft_tokens = num_steps + 1`` at top-k 1 (``_handle_eagle_family``). Raises ConfigError where
+    SGLang would fail: the EAGLE family given top-k or draft tokens without steps (its assert), steps
+    without top-k (``None > 1``), or top-k above 1 without draft tokens."""
+    algo = SPEC_ALGORITHMS.get(algorithm)
+    field = "model.speculative"
+    given = (num_steps, topk, num_draft_tokens)
+    if algo.name == "ngram":
+        base = algo.fixed_steps or AUTO_STEPS_DEFAULT
+        top = base[1] if topk is None else topk
+        drafts = base[2] if num_draft_tokens is None else num_draft_tokens
+        steps = drafts // top if num_steps is None else num_steps
+        return RoundSteps(steps, top, drafts)
+    if all(v is None for v in given):
+        return RoundSteps(*(algo.fixed_steps or AUTO_STEPS.get(architecture, AUTO_STEPS_DEFAULT)))
+    if num_steps is None or topk is None or (num_draft_tokens is None and topk != 1):
+        raise ConfigError(
+            f"{field}.num_steps",
+            "give num_steps, eagle_topk and num_draft_tokens together (num_draft_tokens may be left out at "
+            "eagle_topk 1), or none (SGLang auto-chooses all three)",
+        )
+    # At top-k 1 SGLang sets the draft tokens to steps + 1 whatever was given.
+    return RoundSteps(num_steps, topk, num_steps + 1 if topk == 1 else num_draft_tokens)  # type: ignore[arg-type]
+
+
+def draft_compute_fields(
+    draft: DraftKV,
+    target_layers: int,
+    routed_params: float,
+    num_experts: int,
+    experts_per_token: int,
+    unsplit_bytes_per_token: float,
+) -> dict[str, float | int]:
+    """The compute-model fields that make the target's roofline the draft's (``sim/compute.py``
+    ``ComputeParams``; the rest, GPU and knobs, stay the target's): its layers, parameters, weight bytes
+    and KV bytes on the rank. The target's own MTP layers are layers of its kind: a MoE target's route
+    its experts (its routed parameters per layer); a draft model of its own is dense. The kernels TP
+    does not split are the target's per layer. Raises ConfigError for a draft of no layers."""
+    if draft.layers <= 0:
+        raise ConfigError("model.speculative.num_layers", "a draft of 0 layers has no forward to time (accept_len)")
+    share = draft.layers / target_layers
+    routed = routed_params * share if draft.target_layers and num_experts else 0.0
+    return {
+        "num_layers": draft.layers,
+        "weight_bytes": draft.weight_bytes,
+        "routed_params": routed,
+        "num_experts": num_experts if routed else 0,
+        "experts_per_token": experts_per_token if routed else 0,
+        "active_params": draft.params - routed + (routed * experts_per_token / num_experts if routed else 0.0),
+        "kv_bytes_per_token": float(draft.device_bpt),
+        "unsplit_bytes_per_token": unsplit_bytes_per_token * share,
+        "pp": 1,
+    }

@@ -37,7 +37,15 @@ from ..hardware.presets import (
     ModelPreset,
     effective_io,
 )
-from ..hardware.speculative import NO_DRAFT, DraftKV, draft_kv, running_default
+from ..hardware.speculative import (
+    NO_DRAFT,
+    SPEC_ALGORITHMS,
+    DraftKV,
+    RoundSteps,
+    draft_kv,
+    round_steps,
+    running_default,
+)
 from ..simconfig import SideCopy, SimConfig
 from .load import resolve_builtin
 from .schema import AUTO, CacheSpec, HardwareSpec, Scenario
@@ -119,6 +127,28 @@ class Resolved:
         from .simconfig import sim_config  # it imports this module
 
         return sim_config(self)
+
+
+def speculative_round(sc: Scenario, model: ModelPreset) -> RoundSteps | None:
+    """The speculative round SGLang runs (hardware/speculative.py ``round_steps``) when its time is
+    modelled (``model.speculative.accept_len`` given), else None; ConfigError where it cannot be."""
+    spec = sc.model.speculative
+    if spec is None:
+        return None
+    steps = round_steps(spec.algorithm, model.architecture, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens)
+    if spec.accept_len is None:
+        return None  # the flags checked as SGLang checks them, the time not modelled
+    if spec.accept_len > steps.num_draft_tokens:
+        raise ConfigError(
+            "model.speculative.accept_len",
+            f"{spec.accept_len} exceeds num_draft_tokens {steps.num_draft_tokens} (a round verifies that many per "
+            "request); expected 1 to it",
+        )
+    if sc.hardware.attn_dp > 1:
+        raise ConfigError(
+            "model.speculative.accept_len", "speculative decoding's time under attention DP is not modelled (attn_dp 1)"
+        )
+    return steps
 
 
 def speculative_draft(sc: Scenario, model: ModelPreset) -> DraftKV:
@@ -423,6 +453,8 @@ def resolve(sc: Scenario, *, strict: bool = False) -> Resolved:
     stage_layers = model.num_layers // hw.pp
     bpt = kv_bytes_per_token(model_dims(model, sc.model.dtype, stage_layers), attn_tp(hw))
     draft = speculative_draft(sc, model)
+    if speculative_round(sc, model) and SPEC_ALGORITHMS.get(draft.algorithm).draft_forward and not draft.layers:
+        raise ConfigError("model.speculative.accept_len", "a draft of 0 layers has no forward to time")
     warnings: list[str] = []
     if hw.attn_dp > 1 and split_of(model).attention == TP_GROUP:
         warnings.append(

@@ -71,8 +71,9 @@ def _in_registry(registry, value: str) -> str:
 
 class SpeculativeSpec(_Strict):
     """Speculative decoding (``--speculative-algorithm`` and its draft model): what its draft KV takes
-    on the device and the host. Its time effects (draft steps, accept length) are not modelled: decode
-    still emits one token per request per step."""
+    on the device and the host, and with ``accept_len`` its time (a round's draft steps, verify and draft
+    extend over accept_len tokens a request; hardware/speculative.py). Without ``accept_len`` decode
+    still emits one token per request per step at the plain decode's time."""
 
     algorithm: str = Field(
         ...,
@@ -96,6 +97,19 @@ class SpeculativeSpec(_Strict):
     qk_rope_head_dim: int | None = Field(None, ge=0, description="draft MLA rope dimension")
     params_b: float | None = Field(
         None, ge=0, description="draft parameters, billions (weights memory; default: counted from its config)"
+    )
+    num_steps: int | None = Field(
+        None, ge=1, description="--speculative-num-steps (unset with the next two: SGLang's auto-choice by model)"
+    )
+    eagle_topk: int | None = Field(None, ge=1, description="--speculative-eagle-topk: draft branches per step")
+    num_draft_tokens: int | None = Field(
+        None, ge=1, description="--speculative-num-draft-tokens: verify rows per request (num_steps + 1 at topk 1)"
+    )
+    accept_len: float | None = Field(
+        None,
+        ge=1,
+        description="mean tokens a request gets per round (SGLang's log prints it as 'accept len'; calibrate "
+        "SERVER_LOG reports it), 1 to num_draft_tokens; unset: speculative decoding's time is not modelled",
     )
 
     @field_validator("algorithm")
@@ -205,7 +219,7 @@ class ModelSpec(_Strict):
     speculative: SpeculativeSpec | None = Field(
         None,
         description="speculative decoding (--speculative-algorithm, --speculative-draft-model-path): the draft's "
-        "KV on the device and the host; its time effects (draft steps, accept length) are not modelled",
+        "KV on the device and the host; its rounds' time (draft steps, verify, draft extend) with accept_len",
     )
 
     @field_validator("preset")

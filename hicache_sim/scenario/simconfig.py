@@ -10,8 +10,9 @@ from ..hardware.allreduce import MIB
 from ..hardware.attention import ATTENTION_RULES, GPU_ARCH
 from ..hardware.params import weight_bytes_per_gpu
 from ..hardware.presets import WEIGHT_BYTES
-from ..simconfig import ComputeParams, SchedulerPolicy, SimConfig, unsplit_bytes_per_token
-from .resolve import PREFILL_FLOOR_KNOB, Resolved, attn_tp, compute_knobs
+from ..hardware.speculative import SPEC_ALGORITHMS, draft_compute_fields
+from ..simconfig import ComputeParams, SchedulerPolicy, SimConfig, SpecRound, unsplit_bytes_per_token
+from .resolve import PREFILL_FLOOR_KNOB, Resolved, attn_tp, compute_knobs, speculative_round
 
 
 def sim_config(r: Resolved) -> SimConfig:
@@ -104,7 +105,29 @@ def compute_params(r: Resolved) -> ComputeParams:
         attn_heads=tiling[1],
         attn_kv_bytes=tiling[2],
         attn_index_bytes=tiling[3],
+        spec=spec_round(r),
     )
+
+
+def spec_round(r: Resolved) -> SpecRound | None:
+    """Speculative decoding's round for the compute model (None: its time not modelled, no accept_len)."""
+    steps = speculative_round(r.scenario, r.model)
+    spec = r.scenario.model.speculative
+    if steps is None or spec is None or spec.accept_len is None:
+        return None
+    draft: tuple[tuple[str, float], ...] = ()
+    if SPEC_ALGORITHMS.get(spec.algorithm).draft_forward:
+        m, ranks = r.model, r.scenario.hardware.tp * r.scenario.hardware.pp
+        fields = draft_compute_fields(
+            r.draft,
+            r.stage_layers,
+            m.routed_params_b * 1e9 / ranks,
+            m.num_experts,
+            m.experts_per_token,
+            unsplit_bytes_per_token(m, r.stage_layers),
+        )
+        draft = tuple(sorted(fields.items()))
+    return SpecRound(steps.num_steps, steps.topk, steps.num_draft_tokens, spec.accept_len, draft)
 
 
 def attention_tiling(r: Resolved) -> tuple[int, int, float, float]:

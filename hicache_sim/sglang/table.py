@@ -606,15 +606,22 @@ def _balance_parse(flag: str, raw: str) -> str:
 
 
 # Speculative decoding: the algorithm and its draft model, as far as they size KV pools
-# (hardware/speculative.py; docs/reference/sglang-speculative.md). Its step and tree flags
-# (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens) size no modelled
-# pool in 0.5.23 and stay in the not-modelled list.
+# (hardware/speculative.py; docs/reference/sglang-speculative.md), and the round's shape
+# (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens), which times its
+# rounds once model.speculative.accept_len is set (SGLang logs it; no flag gives it).
 _SPEC_FLAG = "--speculative-algorithm"
 _DRAFT_FLAG = "--speculative-draft-model-path"
+#: Round-shape flag -> its model.speculative field.
+_SPEC_STEP_FLAGS = {
+    "--speculative-num-steps": "num_steps",
+    "--speculative-eagle-topk": "eagle_topk",
+    "--speculative-num-draft-tokens": "num_draft_tokens",
+}
 _SPEC_TIME_NOTE = (
     "speculative decoding: the draft's weights and KV in the device pool and its KV in the host pools are "
-    "modelled; its time effects (draft steps, verify, accept length) are not: a decode step emits one token "
-    "per request"
+    "modelled; its time effects (draft steps, verify, draft extend) only with model.speculative.accept_len, the "
+    "mean tokens per round SGLang's log prints as 'accept len' (calibrate SERVER_LOG reports it): without it a "
+    "decode step emits one token per request"
 )
 
 
@@ -623,8 +630,9 @@ def _spec_read(ctx: ReadContext) -> dict[str, Any]:
     local folder holding the draft's config.json, or the target's own checkpoint (its MTP layers)."""
     raw, draft = ctx.args.get(_SPEC_FLAG), ctx.args.get(_DRAFT_FLAG)
     if raw is None or raw.upper() == "NONE":
-        if draft is not None:
-            ctx.notes.append(f"{_DRAFT_FLAG}: no effect without {_SPEC_FLAG} (not read)")
+        for flag in (_DRAFT_FLAG, *_SPEC_STEP_FLAGS):
+            if ctx.args.get(flag) is not None:
+                ctx.notes.append(f"{flag}: no effect without {_SPEC_FLAG} (not read)")
         return {}
     name = raw.upper()
     modelled_names = ", ".join(SPEC_ALGORITHMS.get(n).sglang for n in SPEC_ALGORITHMS.names())
@@ -638,6 +646,9 @@ def _spec_read(ctx: ReadContext) -> dict[str, Any]:
     algo = SPEC_ALGORITHMS.get(name.lower())
     out: dict[str, Any] = {"model.speculative.algorithm": algo.name}
     ctx.notes.append(_SPEC_TIME_NOTE)
+    for flag, key in _SPEC_STEP_FLAGS.items():
+        if ctx.args.get(flag) is not None:
+            out[f"model.speculative.{key}"] = _int(flag, ctx.args[flag])
     if draft is None:
         return out
     if algo.draft == "none":
@@ -660,6 +671,9 @@ def _spec_write(ctx: WriteContext) -> list[str]:
     if spec is None:
         return []
     out = [_SPEC_FLAG, SPEC_ALGORITHMS.get(spec.algorithm).sglang]
+    for flag, key in _SPEC_STEP_FLAGS.items():
+        if getattr(spec, key) is not None:
+            out += [flag, str(getattr(spec, key))]
     if spec.config is not None:
         return [*out, _DRAFT_FLAG, model_path_of(spec.config)]
     if spec.num_layers is not None:
@@ -684,7 +698,7 @@ ROWS: tuple[Row, ...] = (
         "--disable-radix-cache", "not modelled: the simulator is the radix (prefix) cache; without it nothing is reused"
     ),
     Row(("--model-path",), _model_read, _model_write, fields=("model.preset",)),
-    Row((_SPEC_FLAG, _DRAFT_FLAG), _spec_read, _spec_write, fields=("model.speculative",)),
+    Row((_SPEC_FLAG, _DRAFT_FLAG, *_SPEC_STEP_FLAGS), _spec_read, _spec_write, fields=("model.speculative",)),
     Row(
         ("--kv-cache-dtype",),
         field_row(

@@ -44,6 +44,13 @@ nsys kernel table of Qwen3-30B-A3B decode on an H200 sums to 77.6 us per layer a
 reads, sglang-omni#379; Llama-3-8B at batch 1 runs 46 us per layer over its weight time,
 sgl-project/sglang#1401).
 
+Speculative decoding (``ComputeParams.spec``, set only with ``model.speculative.accept_len``): a round is
+``num_steps - 1`` draft forwards over ``B x topk`` rows, the target's verify over ``B x num_draft_tokens``
+rows and the draft's extend over the same rows, each a CUDA-graph forward of the decode roofline
+(``graph_forward``; the draft's is the target's with its layers, weights and KV: ``SpecRound.draft``);
+the decode loop emits one token per request per step, so each step is charged the round and its
+overhead over ``accept_len`` (a mean rate; docs/reference/sglang-speculative.md section 7).
+
 Every parameter is per rank: tensor parallelism ``tp`` splits weights, FLOPs and KV heads; pipeline
 parallelism ``pp`` gives each stage ``layers / pp`` layers (and their weights and KV). Under PP a
 prefill micro-batch occupies each stage for ``prefill_time`` (what it returns) and reaches the last
@@ -95,6 +102,7 @@ takes the fields a calibration file measures.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Sequence
@@ -214,6 +222,13 @@ class ComputeModel:
         self._decode_fixed = params.num_layers * params.decode_s_per_layer
         # A backend with a rule reads each new token's Q and writes its O once: bf16 rows of attn_width.
         self._qo_bytes = 2.0 * params.attn_width * ACTIVATION_BYTES
+        # Speculative decoding timed: each simulated decode step is a round over accept_len (module docstring).
+        self._spec = params.spec
+        self._draft: ComputeModel | None = None
+        if params.spec is not None:
+            self.step_overhead_s = params.step_overhead_s / params.spec.accept_len
+            if params.spec.draft:
+                self._draft = ComputeModel(dataclasses.replace(params, spec=None, **dict(params.spec.draft)))
 
     @classmethod
     def from_resolved(cls, r: HasSimConfig, **overrides: float) -> ComputeModel:
@@ -328,12 +343,44 @@ class ComputeModel:
         scheduler's ``step_overhead_s`` once per micro-batch."""
         return self.step_overhead_s * min(self.pp, batch_size) + self.decode_time(batch_size, kv_tokens)
 
+    def spec_step_s(self, batch_size: int, kv_tokens: int, accept_len: float) -> float:
+        """One speculative round (its scheduler overhead and GPU time) over ``accept_len`` tokens a
+        request: the mean seconds per emitted token a server log's decode line times."""
+        return (self.params.step_overhead_s + self.spec_round_time(batch_size, kv_tokens)) / accept_len
+
     def _decode_stage(self, batch: float, kv_tokens: float) -> float:
+        if self._spec is not None:
+            return self.spec_round_time(batch, kv_tokens) / self._spec.accept_len
+        return self.graph_forward(batch, kv_tokens, kv_tokens)
+
+    def graph_forward(self, rows: float, kv_read: float, pairs: float) -> float:
+        """GPU seconds of one forward run as a CUDA graph (a decode step, a speculative verify or draft
+        forward) over ``rows`` token rows that read ``kv_read`` KV tokens once and whose attention
+        computes ``pairs`` (query, key) pairs: the decode roofline and its fixed per-layer cost."""
         p = self.params
-        memory = self.weights_read(batch) + kv_tokens * p.kv_bytes_per_token
-        compute = self.linear_time(batch) + self._attn * kv_tokens / self._attention
-        gpu = max(memory / self._hbm, compute) + self.unsplit_time(batch) + self.allreduce_time(batch)
+        memory = self.weights_read(rows) + kv_read * p.kv_bytes_per_token
+        compute = self.linear_time(rows) + self._attn * pairs / self._attention
+        gpu = max(memory / self._hbm, compute) + self.unsplit_time(rows) + self.allreduce_time(rows)
         return gpu + self._decode_fixed
+
+    def spec_round_time(self, batch: float, kv_tokens: float) -> float:
+        """GPU seconds of one speculative round of ``batch`` requests holding ``kv_tokens`` (SGLang 0.5.23
+        ``eagle_worker_v2.py`` ``forward_batch_generation``): ``num_steps - 1`` draft forwards over
+        ``batch x topk`` rows, the target's verify over ``batch x num_draft_tokens`` rows, the draft's
+        extend over the same rows; each request's KV read once per forward, every draft row attending
+        it and the tree before it (``n (n + 1) / 2`` pairs per request)."""
+        s = self._spec
+        if s is None:
+            raise ValueError("no speculative round: ComputeParams.spec is None")
+        n = s.num_draft_tokens
+        rows = batch * n
+        pairs = n * kv_tokens + batch * n * (n + 1) / 2.0
+        total = self.graph_forward(rows, kv_tokens + rows, pairs)  # verify
+        d = self._draft
+        if d is not None:
+            step = d.graph_forward(batch * s.topk, kv_tokens, s.topk * kv_tokens)
+            total += (s.num_steps - 1) * step + d.graph_forward(rows, kv_tokens + rows, pairs)
+        return total
 
     # ------------------------------------------------------------------ attention-DP lockstep
 
