@@ -107,7 +107,7 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..hardware.allreduce import KERNELS, AllReduceParams, allreduce_kernel, allreduce_time
 from ..simconfig import ACTIVATION_BYTES, ComputeParams, HasSimConfig, unsplit_bytes_per_token
@@ -228,7 +228,8 @@ class ComputeModel:
         if params.spec is not None:
             self.step_overhead_s = params.step_overhead_s / params.spec.accept_len
             if params.spec.draft:
-                self._draft = ComputeModel(dataclasses.replace(params, spec=None, **dict(params.spec.draft)))
+                draft_fields: dict[str, Any] = dict(params.spec.draft)  # the draft's own roofline inputs
+                self._draft = ComputeModel(dataclasses.replace(params, spec=None, **draft_fields))
 
     @classmethod
     def from_resolved(cls, r: HasSimConfig, **overrides: float) -> ComputeModel:
