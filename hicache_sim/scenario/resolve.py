@@ -144,10 +144,6 @@ def speculative_round(sc: Scenario, model: ModelPreset) -> RoundSteps | None:
             f"{spec.accept_len} exceeds num_draft_tokens {steps.num_draft_tokens} (a round verifies that many per "
             "request); expected 1 to it",
         )
-    if sc.hardware.attn_dp > 1:
-        raise ConfigError(
-            "model.speculative.accept_len", "speculative decoding's time under attention DP is not modelled (attn_dp 1)"
-        )
     return steps
 
 

@@ -49,7 +49,9 @@ Speculative decoding (``ComputeParams.spec``, set only with ``model.speculative.
 rows and the draft's extend over the same rows, each a CUDA-graph forward of the decode roofline
 (``graph_forward``; the draft's is the target's with its layers, weights and KV: ``SpecRound.draft``);
 the decode loop emits one token per request per step, so each step is charged the round and its
-overhead over ``accept_len`` (a mean rate; docs/reference/sglang-speculative.md section 7).
+overhead over ``accept_len`` (a mean rate; docs/reference/sglang-speculative.md section 7). Under
+attention DP a lockstep step where no group extends is a round for every group, each of its forwards a
+lockstep forward over every group's rows (``spec_lockstep_time``).
 
 Every parameter is per rank: tensor parallelism ``tp`` splits weights, FLOPs and KV heads; pipeline
 parallelism ``pp`` gives each stage ``layers / pp`` layers (and their weights and KV). Under PP a
@@ -423,7 +425,47 @@ class ComputeModel:
     def lockstep_time(self, groups: Sequence[GroupWork], attn_tp: int) -> float:
         """GPU seconds of one lockstep step of every attention-DP group (see the module docstring): the
         slowest group's attention beside the MLP over every group's rows, the gather and scatter, and the
-        host floor when any group extends (the step runs eager) or the decode graph's fixed cost."""
+        host floor when any group extends (the step runs eager) or the decode graph's fixed cost; with
+        speculative decoding timed, the step's round (:meth:`spec_lockstep_time`)."""
+        if self._spec is not None:
+            return self.spec_lockstep_time(groups, attn_tp)
+        return self.lockstep_forward(groups, attn_tp)
+
+    def spec_lockstep_time(self, groups: Sequence[GroupWork], attn_tp: int) -> float:
+        """GPU seconds per simulated step of a speculative lockstep step (docs/reference/sglang-speculative.md
+        section 7, attention DP). All groups decoding: one round for every group, each forward of it a
+        lockstep forward whose MLP rows are every group's (SGLang scales each group's request count by the
+        forward's tokens per request): ``num_steps - 1`` draft forwards (``batch x topk`` rows), the
+        target's verify and the draft's extend (``batch x num_draft_tokens`` rows), the slowest group's
+        attention setting each; over ``accept_len``. A group extends: every group runs the target forward
+        of its batch (decode rows as one-token extends) and the draft's extend over the same rows, one
+        token a decoding request, not divided."""
+        s = self._spec
+        if s is None:
+            raise ValueError("no speculative round: ComputeParams.spec is None")
+        d = self._draft
+        if any(g.extend for g in groups):
+            total = self.lockstep_forward(groups, attn_tp)
+            if d is not None:
+                scale = d.num_layers / self.num_layers  # the kernel's bytes are per layer
+                draft = [dataclasses.replace(g, kernel_bytes=g.kernel_bytes * scale) for g in groups]
+                total += d.lockstep_forward(draft, attn_tp)
+            return total
+        n = s.num_draft_tokens
+        verify = [
+            GroupWork(g.tokens * n, n * g.kv_read + g.tokens * n * (n + 1) / 2.0, g.kv_read + g.tokens * n)
+            for g in groups
+        ]
+        total = self.lockstep_forward(verify, attn_tp)
+        if d is not None:
+            k = s.topk
+            steps = [GroupWork(g.tokens * k, k * g.kv_read, g.kv_read) for g in groups]
+            total += (s.num_steps - 1) * d.lockstep_forward(steps, attn_tp) + d.lockstep_forward(verify, attn_tp)
+        return total / s.accept_len
+
+    def lockstep_forward(self, groups: Sequence[GroupWork], attn_tp: int) -> float:
+        """GPU seconds of one lockstep forward of every group's work (:meth:`lockstep_time` without a
+        speculative round)."""
         extend = any(g.extend for g in groups)
         rows = self.lockstep_rows([g.tokens for g in groups], extend, attn_tp)
         if rows == 0:
