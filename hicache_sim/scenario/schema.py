@@ -26,6 +26,7 @@ from ..core.semantics import (
     HOST_BACKUP_EVICTIONS,
     PARENT_BACKUPS,
     PREFETCH_FLOWS,
+    SEMANTIC_VARIANTS,
     SEMANTICS,
     WRITE_BACK_EVICTIONS,
 )
@@ -603,12 +604,7 @@ _REGISTRY_FIELDS = {
     "storage_backend": STORAGE,
     "mem_layout": HOST_LAYOUTS,
     "semantics": SEMANTICS,
-    "evict_amount": EVICT_AMOUNTS,
-    "parent_backup": PARENT_BACKUPS,
-    "host_backup_eviction": HOST_BACKUP_EVICTIONS,
-    "prefetch_flow": PREFETCH_FLOWS,
-    "write_back_eviction": WRITE_BACK_EVICTIONS,
-    "checkpoint_hits": CHECKPOINT_HITS,
+    **SEMANTIC_VARIANTS,  # each code-era variant a config may override, with its registry (core/semantics.py)
 }
 
 
