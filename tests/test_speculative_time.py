@@ -48,21 +48,11 @@ def _model(data: dict) -> ComputeModel:
 # ------------------------------------------------------------------------------------------ the round
 
 
-def test_round_time_from_the_compute_terms_by_hand():
-    """A dense 2-layer target and a 1-layer draft at tp 1, 2 requests holding 1000 KV tokens, top-k 1, 3
-    steps, 4 draft tokens, accept len 2. Every forward here is memory-bound (its GEMMs and attention are
-    far below its bytes), so each is (weights + KV tokens read x bytes per token) / (HBM x efficiency)
-    plus the per-layer fixed cost of a CUDA-graph forward."""
-    hbm = 1e12 * 0.5
-    fixed = 10e-6  # per layer
-    draft = (
-        ("active_params", 1e8),
-        ("kv_bytes_per_token", 5e4),
-        ("num_layers", 1),
-        ("unsplit_bytes_per_token", 0.0),
-        ("weight_bytes", 2e8),
-    )
-    p = ComputeParams(
+def _small_round(draft: tuple[tuple[str, float], ...], fixed: float) -> ComputeParams:
+    """A dense 2-layer target (1 B active parameters, 2 GB of weights, 100 KB of KV a token) on a 1 PFLOP/s,
+    1 TB/s GPU at half efficiency, with a round of 3 steps, top-k 1, 4 draft tokens, accept len 2 and
+    ``fixed`` seconds per layer of a CUDA-graph forward."""
+    return ComputeParams(
         peak_flops=1e15,
         linear_mfu=0.5,
         attention_mfu=0.5,
@@ -77,6 +67,23 @@ def test_round_time_from_the_compute_terms_by_hand():
         decode_s_per_layer=fixed,
         spec=SpecRound(num_steps=3, topk=1, num_draft_tokens=4, accept_len=2.0, draft=draft),
     )
+
+
+def test_round_time_from_the_compute_terms_by_hand():
+    """A dense 2-layer target and a 1-layer draft at tp 1, 2 requests holding 1000 KV tokens, top-k 1, 3
+    steps, 4 draft tokens, accept len 2. Every forward here is memory-bound (its GEMMs and attention are
+    far below its bytes), so each is (weights + KV tokens read x bytes per token) / (HBM x efficiency)
+    plus the per-layer fixed cost of a CUDA-graph forward."""
+    hbm = 1e12 * 0.5
+    fixed = 10e-6  # per layer
+    draft = (
+        ("active_params", 1e8),
+        ("kv_bytes_per_token", 5e4),
+        ("num_layers", 1),
+        ("unsplit_bytes_per_token", 0.0),
+        ("weight_bytes", 2e8),
+    )
+    p = _small_round(draft, fixed)
     b, kv, n = 2, 1000, 4
     rows = b * n  # 8 verify rows
     pairs = n * kv + b * n * (n + 1) / 2  # 4020: every draft row attends its request's KV and the tree before it
@@ -171,21 +178,7 @@ def test_verify_mlp_rows_are_every_groups_batch_times_draft_tokens():
     gathers 2 x 3 x 4 = 24 rows for its MLP, each draft forward 2 x 3 x 1 = 6, the draft's extend 24.
     One group at attn_tp 1 is the round of a single engine."""
     draft = (("num_layers", 1), ("weight_bytes", 2e8), ("active_params", 1e8), ("kv_bytes_per_token", 5e4))
-    p = ComputeParams(
-        peak_flops=1e15,
-        linear_mfu=0.5,
-        attention_mfu=0.5,
-        hbm_Bps=1e12,
-        hbm_efficiency=0.5,
-        step_overhead_s=100e-6,
-        num_layers=2,
-        active_params=1e9,
-        weight_bytes=2e9,
-        attn_width=1024,
-        kv_bytes_per_token=1e5,
-        decode_s_per_layer=10e-6,
-        spec=SpecRound(num_steps=3, topk=1, num_draft_tokens=4, accept_len=2.0, draft=draft),
-    )
+    p = _small_round(draft, 10e-6)
     m = ComputeModel(p)
     assert m._draft is not None
     seen: dict[str, list[float]] = {"target": [], "draft": []}
