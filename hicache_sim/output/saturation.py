@@ -132,12 +132,11 @@ def _budget(r: Resolved) -> int:
 class Demand:
     """GPU seconds per request at full batching, from a compute model (memoised by request shape).
 
-    With ``groups`` attention-DP groups stepping in lockstep (``sim/lockstep.py``), a step is one
-    collective over the tp GPUs: every group's attention side by side, one MLP over all their rows, the
-    slowest group setting its length. A request's own figure (``__call__``) is then its share of a
-    balanced step of ``groups`` batches like its own, divided by ``groups``: right when every request is
-    alike. When they differ a step waits for its slowest group (the one attending the longest context,
-    or prefilling while the others decode), so the window is costed as a whole: :meth:`lockstep`."""
+    A request's own figure (``__call__``) is one engine's. With ``groups`` attention-DP groups stepping
+    in lockstep (``sim/lockstep.py``) a step is one collective over the tp GPUs: every group's attention
+    side by side, one MLP over all their rows, the slowest group setting its length (the one attending
+    the longest context, or prefilling while the others decode), so the window is costed as a whole:
+    :meth:`lockstep`."""
 
     def __init__(
         self,
@@ -158,18 +157,6 @@ class Demand:
         self.groups = max(1, groups)
         self.attn_tp = max(1, attn_tp)
         self._memo: dict[tuple[int, int, int], float] = {}
-
-    def _prefill_step(self, chunks: list[tuple[int, int]]) -> float:
-        if self.groups == 1:
-            return self.compute.prefill_time(chunks)
-        work = self.compute.group_prefill(chunks)
-        return self.compute.lockstep_time([work] * self.groups, self.attn_tp)
-
-    def _decode_step(self, batch: int, kv_tokens: int) -> float:
-        if self.groups == 1:
-            return self.compute.decode_step_s(batch, kv_tokens)
-        work = self.compute.group_decode(batch, kv_tokens)
-        return self.overhead + self.compute.lockstep_time([work] * self.groups, self.attn_tp)
 
     def __call__(self, prompt: int, cached: int, output: int) -> float:
         key = (prompt, cached, output)
@@ -282,12 +269,12 @@ class Demand:
         new = prompt - c
         t = 0.0
         while new >= self.budget:
-            t += (self._prefill_step([(self.budget, c)]) + self.overhead) / self.groups
+            t += self.compute.prefill_time([(self.budget, c)]) + self.overhead
             c += self.budget
             new -= self.budget
         if new:
             k = self.budget // new
-            t += (self._prefill_step([(new, c)] * k) + self.overhead) / (k * self.groups)
+            t += (self.compute.prefill_time([(new, c)] * k) + self.overhead) / k
         return t
 
     def _decode(self, prompt: int, output: int) -> float:
@@ -295,7 +282,7 @@ class Demand:
             return 0.0
         b = self.batch
         ctx = prompt + output // 2
-        return (output - 1) * self._decode_step(b, b * ctx) / (b * self.groups)
+        return (output - 1) * self.compute.decode_step_s(b, b * ctx) / b
 
 
 def demand_model(r: Resolved, mean_tokens: float) -> Demand:
