@@ -109,10 +109,15 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..hardware.allreduce import KERNELS, AllReduceParams, allreduce_kernel, allreduce_time
-from ..simconfig import ACTIVATION_BYTES, ComputeParams, HasSimConfig, unsplit_bytes_per_token
+from ..simconfig import ACTIVATION_BYTES, ComputeParams, HasSimConfig, SpecRound, unsplit_bytes_per_token
+
+#: A forward's rows: whole requests in a lockstep group, a mean (a micro-batch's share) in one engine.
+Rows = TypeVar("Rows", int, float)
+#: One forward's shape: (rows, attention (query, key) pairs, KV tokens read).
+Shape = tuple[Rows, float, float]
 
 # ComputeParams and unsplit_bytes_per_token live in ..simconfig (what resolve builds); named here too.
 __all__ = [
@@ -372,18 +377,29 @@ class ComputeModel:
         ``batch x topk`` rows, the target's verify over ``batch x num_draft_tokens`` rows, the draft's
         extend over the same rows; each request's KV read once per forward, every draft row attending
         it and the tree before it (``n (n + 1) / 2`` pairs per request)."""
-        s = self._spec
-        if s is None:
-            raise ValueError("no speculative round: ComputeParams.spec is None")
-        n = s.num_draft_tokens
-        rows = batch * n
-        pairs = n * kv_tokens + batch * n * (n + 1) / 2.0
-        total = self.graph_forward(rows, kv_tokens + rows, pairs)  # verify
+        s = self._round()
+        (rows, pairs, kv_read), (step_rows, step_pairs, step_kv) = self._round_shapes(batch, kv_tokens)
+        total = self.graph_forward(rows, kv_read, pairs)  # verify
         d = self._draft
         if d is not None:
-            step = d.graph_forward(batch * s.topk, kv_tokens, s.topk * kv_tokens)
-            total += (s.num_steps - 1) * step + d.graph_forward(rows, kv_tokens + rows, pairs)
+            step = d.graph_forward(step_rows, step_kv, step_pairs)
+            total += (s.num_steps - 1) * step + d.graph_forward(rows, kv_read, pairs)  # draft steps, extend
         return total
+
+    def _round(self) -> SpecRound:
+        if self._spec is None:
+            raise ValueError("no speculative round: ComputeParams.spec is None")
+        return self._spec
+
+    def _round_shapes(self, batch: Rows, kv_tokens: float) -> tuple[Shape[Rows], Shape[Rows]]:
+        """The two forward shapes of a speculative round over a decode batch of ``batch`` requests holding
+        ``kv_tokens``, each ``(rows, attention pairs, KV tokens read)``: the verify (and the draft's
+        extend) over ``num_draft_tokens`` rows a request, each attending its KV and the tree before it
+        (``n (n + 1) / 2`` pairs a request), and one draft step over ``topk`` rows a request."""
+        s = self._round()
+        n, k = s.num_draft_tokens, s.topk
+        verify = (batch * n, n * kv_tokens + batch * n * (n + 1) / 2.0, kv_tokens + batch * n)
+        return verify, (batch * k, k * kv_tokens, kv_tokens)
 
     # ------------------------------------------------------------------ attention-DP lockstep
 
@@ -440,9 +456,7 @@ class ComputeModel:
         attention setting each; over ``accept_len``. A group extends: every group runs the target forward
         of its batch (decode rows as one-token extends) and the draft's extend over the same rows, one
         token a decoding request, not divided."""
-        s = self._spec
-        if s is None:
-            raise ValueError("no speculative round: ComputeParams.spec is None")
+        s = self._round()
         d = self._draft
         if any(g.extend for g in groups):
             total = self.lockstep_forward(groups, attn_tp)
@@ -451,15 +465,11 @@ class ComputeModel:
                 draft = [dataclasses.replace(g, kernel_bytes=g.kernel_bytes * scale) for g in groups]
                 total += d.lockstep_forward(draft, attn_tp)
             return total
-        n = s.num_draft_tokens
-        verify = [
-            GroupWork(g.tokens * n, n * g.kv_read + g.tokens * n * (n + 1) / 2.0, g.kv_read + g.tokens * n)
-            for g in groups
-        ]
+        shapes = [self._round_shapes(g.tokens, g.kv_read) for g in groups]
+        verify = [GroupWork(*v) for v, _ in shapes]
         total = self.lockstep_forward(verify, attn_tp)
         if d is not None:
-            k = s.topk
-            steps = [GroupWork(g.tokens * k, k * g.kv_read, g.kv_read) for g in groups]
+            steps = [GroupWork(*step) for _, step in shapes]
             total += (s.num_steps - 1) * d.lockstep_forward(steps, attn_tp) + d.lockstep_forward(verify, attn_tp)
         return total / s.accept_len
 
