@@ -318,3 +318,14 @@ def test_a_speculative_log_is_timed_with_its_accept_len(tmp_path):
     sc.write_text(yaml.safe_dump(plain))
     result = invoke("calibrate", log, "--scenario", sc, "--out", tmp_path / "cal2.yaml")
     assert_user_error(result, "accept len", "no model.speculative")
+
+
+def test_a_round_s_forward_shapes_by_hand():
+    """3 requests holding 1000 KV tokens in all, 4 draft tokens, top-k 1: the verify (and the draft's
+    extend) has 12 rows, each request's 4 rows attending its KV (4 x 1000 pairs) and the tree before them
+    (3 x 4 x 5 / 2 = 30), reading the KV and the 12 new rows; a draft step has 3 rows attending the KV.
+    The memory-bound cases above cannot see the pairs: this holds them."""
+    m = ComputeModel(_small_round((("num_layers", 1),), 10e-6))
+    verify, step = m._round_shapes(3, 1000.0)
+    assert verify == (12, 4 * 1000 + 30, 1000 + 12)
+    assert step == (3, 1000.0, 1000.0)
